@@ -1,0 +1,34 @@
+GO ?= go
+PKGS := ./...
+
+.PHONY: build test testrace lint bench fuzz generate clean
+
+build:
+	$(GO) build $(PKGS)
+
+# The test command the README gives and CI runs.
+test:
+	$(GO) test -count=1 -timeout 20m $(PKGS)
+
+testrace:
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+lint:
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+# Unit benchmarks of the engine's parts; figures go to bench/RESULTS.md.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./lsm/...
+
+# Short fuzzing runs of every fuzz target (the seed corpora also run in `make test`).
+FUZZTIME ?= 30s
+fuzz:
+	@for pkg in $$($(GO) list ./lsm/...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+clean:
+	$(GO) clean -testcache
