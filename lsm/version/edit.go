@@ -1,0 +1,376 @@
+package version
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cairnkv/cairn/lsm/internal/base"
+)
+
+// Tags of the fields of an encoded VersionEdit (see doc.go). Their values are
+// part of the manifest format; never renumber them. Numbers 1-7 follow
+// LevelDB's, but the payloads of tagNewFile differ.
+const (
+	tagComparerName   = 1
+	tagLogNumber      = 2
+	tagNextFileNum    = 3
+	tagLastSeq        = 4
+	tagCompactPointer = 5
+	tagDeletedFile    = 6
+	tagNewFile        = 7
+
+	// tagSafeIgnoreMask marks tags that a reader may skip when it does not
+	// know them: such a tag is always followed by a uvarint length and that
+	// many bytes. A future version adds optional fields with tags in this
+	// range (tag&tagSafeIgnoreMask != 0) so that older readers keep working;
+	// any other unknown tag makes the edit corrupt.
+	tagSafeIgnoreMask = 1 << 13
+)
+
+// maxEncodedLen bounds the length prefix of any byte-string field. A manifest
+// record never legitimately carries a key or name this long; refusing it
+// early keeps a corrupt length from being taken at face value.
+const maxEncodedLen = 1 << 28
+
+// DeletedFile names a file that an edit removes from a level.
+type DeletedFile struct {
+	Level   int
+	FileNum base.FileNum
+}
+
+// NewFile is a file that an edit adds to a level.
+//
+// A file moved between levels by one edit (deleted from one level and added
+// to another) must be added with the same *FileMetadata that the current
+// version holds: reference counts live in the FileMetadata.
+type NewFile struct {
+	Level int
+	Meta  *FileMetadata
+}
+
+// CompactPointer records where the next compaction of a level should start
+// (LevelDB's round-robin compaction). Key is an encoded internal key.
+type CompactPointer struct {
+	Level int
+	Key   []byte
+}
+
+// VersionEdit is the difference between two versions plus the bookkeeping of
+// the version set at the time it was written. Edits are the records of the
+// manifest; replaying them in order from an empty version yields the current
+// version.
+//
+// Zero means "absent" for LogNumber, NextFileNum and LastSeq, and an empty
+// ComparerName means none was recorded: file numbers start at 1, and a
+// LastSeq of zero can only ever describe an empty DB.
+type VersionEdit struct {
+	// ComparerName names the user-key order of the DB. Recorded in the
+	// first edit of every manifest; Load refuses a DB whose name differs.
+	ComparerName string
+	// LogNumber is the number of the oldest WAL whose contents are not yet
+	// all in SSTs: WALs numbered below it are obsolete.
+	LogNumber base.FileNum
+	// NextFileNum is the next file number to allocate.
+	NextFileNum base.FileNum
+	// LastSeq is the last sequence number used.
+	LastSeq base.SeqNum
+	// CompactPointers are optional (LevelDB-style round-robin compaction).
+	CompactPointers []CompactPointer
+	// DeletedFiles are removed before NewFiles are added.
+	DeletedFiles map[DeletedFile]struct{}
+	NewFiles     []NewFile
+}
+
+// DeleteFile records the removal of file n from level.
+func (e *VersionEdit) DeleteFile(level int, n base.FileNum) {
+	if e.DeletedFiles == nil {
+		e.DeletedFiles = make(map[DeletedFile]struct{})
+	}
+	e.DeletedFiles[DeletedFile{Level: level, FileNum: n}] = struct{}{}
+}
+
+// AddFile records the addition of meta to level.
+func (e *VersionEdit) AddFile(level int, meta *FileMetadata) {
+	e.NewFiles = append(e.NewFiles, NewFile{Level: level, Meta: meta})
+}
+
+// sortedDeletedFiles returns the deleted files by level, then file number.
+func (e *VersionEdit) sortedDeletedFiles() []DeletedFile {
+	out := make([]DeletedFile, 0, len(e.DeletedFiles))
+	for d := range e.DeletedFiles {
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b DeletedFile) int {
+		if c := cmp.Compare(a.Level, b.Level); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.FileNum, b.FileNum)
+	})
+	return out
+}
+
+// Encode returns the edit's encoding (see doc.go). The encoding is
+// deterministic: deleted files are written in (level, file number) order.
+func (e *VersionEdit) Encode() []byte {
+	return e.AppendEncoded(nil)
+}
+
+// AppendEncoded appends the edit's encoding to dst.
+func (e *VersionEdit) AppendEncoded(dst []byte) []byte {
+	if e.ComparerName != "" {
+		dst = binary.AppendUvarint(dst, tagComparerName)
+		dst = appendBytes(dst, []byte(e.ComparerName))
+	}
+	if e.LogNumber != 0 {
+		dst = binary.AppendUvarint(dst, tagLogNumber)
+		dst = binary.AppendUvarint(dst, uint64(e.LogNumber))
+	}
+	if e.NextFileNum != 0 {
+		dst = binary.AppendUvarint(dst, tagNextFileNum)
+		dst = binary.AppendUvarint(dst, uint64(e.NextFileNum))
+	}
+	if e.LastSeq != 0 {
+		dst = binary.AppendUvarint(dst, tagLastSeq)
+		dst = binary.AppendUvarint(dst, uint64(e.LastSeq))
+	}
+	for _, cp := range e.CompactPointers {
+		dst = binary.AppendUvarint(dst, tagCompactPointer)
+		dst = binary.AppendUvarint(dst, uint64(cp.Level))
+		dst = appendBytes(dst, cp.Key)
+	}
+	for _, d := range e.sortedDeletedFiles() {
+		dst = binary.AppendUvarint(dst, tagDeletedFile)
+		dst = binary.AppendUvarint(dst, uint64(d.Level))
+		dst = binary.AppendUvarint(dst, uint64(d.FileNum))
+	}
+	for _, nf := range e.NewFiles {
+		m := nf.Meta
+		dst = binary.AppendUvarint(dst, tagNewFile)
+		dst = binary.AppendUvarint(dst, uint64(nf.Level))
+		dst = binary.AppendUvarint(dst, uint64(m.FileNum))
+		dst = binary.AppendUvarint(dst, m.Size)
+		dst = appendBytes(dst, m.Smallest)
+		dst = appendBytes(dst, m.Largest)
+		dst = binary.AppendUvarint(dst, uint64(m.SmallestSeq))
+		dst = binary.AppendUvarint(dst, uint64(m.LargestSeq))
+		dst = binary.AppendUvarint(dst, m.NumEntries)
+		dst = binary.AppendUvarint(dst, m.NumDeletions)
+		dst = binary.AppendUvarint(dst, m.NumRangeDeletions)
+	}
+	return dst
+}
+
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+// Decode replaces e's contents with the edit encoded in b. It never panics
+// and never keeps a reference to b. Malformed input — truncated fields,
+// unknown tags outside the safe-to-ignore range, a scalar field given twice,
+// a level out of range, a zero file number, invalid keys — returns an error
+// for which base.IsCorruption is true.
+func (e *VersionEdit) Decode(b []byte) error {
+	*e = VersionEdit{}
+	if err := e.decode(b); err != nil {
+		*e = VersionEdit{}
+		return err
+	}
+	return nil
+}
+
+func (e *VersionEdit) decode(b []byte) error {
+	d := decoder{b: b}
+	var seen uint64 // bit per scalar tag, to refuse duplicates
+	scalar := func(tag uint64) error {
+		if seen&(1<<tag) != 0 {
+			return base.CorruptionErrorf("version: edit: duplicate tag %d", tag)
+		}
+		seen |= 1 << tag
+		return nil
+	}
+	for len(d.b) > 0 {
+		tag := d.uvarint("tag")
+		if d.err != nil {
+			break
+		}
+		switch tag {
+		case tagComparerName:
+			if err := scalar(tag); err != nil {
+				return err
+			}
+			name := d.bytes("comparer name")
+			if d.err == nil && len(name) == 0 {
+				d.fail("empty comparer name")
+			}
+			e.ComparerName = string(name)
+
+		case tagLogNumber:
+			if err := scalar(tag); err != nil {
+				return err
+			}
+			e.LogNumber = d.fileNum("log number")
+
+		case tagNextFileNum:
+			if err := scalar(tag); err != nil {
+				return err
+			}
+			e.NextFileNum = d.fileNum("next file number")
+
+		case tagLastSeq:
+			if err := scalar(tag); err != nil {
+				return err
+			}
+			e.LastSeq = d.seqNum("last sequence number")
+
+		case tagCompactPointer:
+			level := d.level()
+			key := d.bytes("compact pointer")
+			if d.err == nil && !base.ValidInternalKey(key) {
+				d.fail(fmt.Sprintf("invalid compact pointer key %q", truncateForMessage(key)))
+			}
+			if d.err == nil {
+				e.CompactPointers = append(e.CompactPointers, CompactPointer{Level: level, Key: slices.Clone(key)})
+			}
+
+		case tagDeletedFile:
+			df := DeletedFile{Level: d.level(), FileNum: d.fileNum("deleted file number")}
+			if d.err != nil {
+				break
+			}
+			if _, dup := e.DeletedFiles[df]; dup {
+				d.fail(fmt.Sprintf("file %s deleted twice from L%d", df.FileNum, df.Level))
+				break
+			}
+			e.DeleteFile(df.Level, df.FileNum)
+
+		case tagNewFile:
+			level := d.level()
+			m := &FileMetadata{}
+			m.FileNum = d.fileNum("new file number")
+			m.Size = d.uvarint("file size")
+			m.Smallest = slices.Clone(d.bytes("smallest key"))
+			m.Largest = slices.Clone(d.bytes("largest key"))
+			m.SmallestSeq = d.seqNum("smallest sequence number")
+			m.LargestSeq = d.seqNum("largest sequence number")
+			m.NumEntries = d.uvarint("entry count")
+			m.NumDeletions = d.uvarint("deletion count")
+			m.NumRangeDeletions = d.uvarint("range deletion count")
+			if d.err != nil {
+				break
+			}
+			if err := m.validate(); err != nil {
+				return base.MarkCorruption(err)
+			}
+			e.AddFile(level, m)
+
+		default:
+			if tag&tagSafeIgnoreMask == 0 {
+				return base.CorruptionErrorf("version: edit: unknown tag %d", tag)
+			}
+			d.bytes("ignorable field")
+		}
+		if d.err != nil {
+			break
+		}
+	}
+	return d.err
+}
+
+// decoder reads the fields of an encoded edit. The first failure sticks in
+// err; later reads return zero values.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = base.CorruptionErrorf("version: edit: %s", what)
+	}
+	d.b = nil
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad " + what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes(what string) []byte {
+	n := d.uvarint(what + " length")
+	if d.err != nil {
+		return nil
+	}
+	if n > maxEncodedLen || n > uint64(len(d.b)) {
+		d.fail(fmt.Sprintf("%s length %d exceeds the %d remaining bytes", what, n, len(d.b)))
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) level() int {
+	v := d.uvarint("level")
+	if d.err == nil && v >= NumLevels {
+		d.fail(fmt.Sprintf("level %d out of range", v))
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) fileNum(what string) base.FileNum {
+	v := d.uvarint(what)
+	if d.err == nil && v == 0 {
+		d.fail("zero " + what)
+	}
+	return base.FileNum(v)
+}
+
+func (d *decoder) seqNum(what string) base.SeqNum {
+	v := d.uvarint(what)
+	if d.err == nil && v > uint64(base.SeqNumMax) {
+		d.fail(fmt.Sprintf("%s %d out of range", what, v))
+		return 0
+	}
+	return base.SeqNum(v)
+}
+
+// String renders the edit for tests and debugging, one field per line.
+func (e *VersionEdit) String() string {
+	var sb strings.Builder
+	if e.ComparerName != "" {
+		fmt.Fprintf(&sb, "comparer: %s\n", e.ComparerName)
+	}
+	if e.LogNumber != 0 {
+		fmt.Fprintf(&sb, "log-num: %d\n", e.LogNumber)
+	}
+	if e.NextFileNum != 0 {
+		fmt.Fprintf(&sb, "next-file-num: %d\n", e.NextFileNum)
+	}
+	if e.LastSeq != 0 {
+		fmt.Fprintf(&sb, "last-seq: %d\n", e.LastSeq)
+	}
+	for _, cp := range e.CompactPointers {
+		fmt.Fprintf(&sb, "compact-pointer: L%d %s\n", cp.Level, formatKey(cp.Key))
+	}
+	for _, d := range e.sortedDeletedFiles() {
+		fmt.Fprintf(&sb, "del-file: L%d %s\n", d.Level, d.FileNum)
+	}
+	for _, nf := range e.NewFiles {
+		fmt.Fprintf(&sb, "add-file: L%d %s seqs=[%d-%d] size=%d\n",
+			nf.Level, nf.Meta, nf.Meta.SmallestSeq, nf.Meta.LargestSeq, nf.Meta.Size)
+	}
+	return sb.String()
+}
