@@ -1,0 +1,310 @@
+package lsm
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cairnkv/cairn/lsm/internal/base"
+	"github.com/cairnkv/cairn/lsm/record"
+)
+
+// The commit pipeline (group commit, as in LevelDB):
+//
+// Each Write queues a writer under d.mu. The writer at the front of the
+// queue is the leader: it makes room in the memtable (switching memtables or
+// stalling as needed), takes the queued writers behind it into one group,
+// assigns the group consecutive sequence numbers, and releases d.mu. It then
+// appends every batch of the group to the WAL and issues one fsync if any
+// member asked for Sync, applies the batches to the memtable and, with d.mu
+// held again, publishes the new visible sequence number and wakes the group.
+// Followers sleep on their own condition variable until they are done or
+// become the leader of the next group.
+
+// writer is one Write waiting in the commit queue.
+type writer struct {
+	batch *Batch
+	sync  bool
+	done  bool
+	err   error
+	cond  condVar
+}
+
+// maxGroupBytes bounds the bytes one commit group writes; a small leader
+// takes a smaller group so that its latency does not grow much (LevelDB).
+const (
+	maxGroupBytes      = 1 << 20
+	smallLeaderBytes   = 128 << 10
+	slowdownWriteDelay = time.Millisecond
+)
+
+// Write applies the batch atomically. A batch holding an invalid operation
+// (see Batch.Err) is refused and nothing is written.
+func (d *DB) Write(b *Batch, wo *WriteOptions) error {
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
+	if b == nil {
+		return base.InvalidArgumentf("nil batch")
+	}
+	if b.err != nil {
+		return b.err
+	}
+	if b.Empty() {
+		return nil
+	}
+	if wo == nil {
+		wo = NoSync
+	}
+	w := &writer{batch: b, sync: wo.Sync && !d.opts.DisableWAL}
+	w.cond.init(&d.mu.Mutex)
+
+	d.mu.Lock()
+	if d.mu.closing {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	d.mu.writers = append(d.mu.writers, w)
+	for !w.done && d.mu.writers[0] != w {
+		w.cond.wait()
+	}
+	if w.done {
+		d.mu.Unlock()
+		return w.err
+	}
+
+	// w leads the next group.
+	err := d.makeRoomForWriteLocked(b)
+	group := d.buildGroupLocked()
+	var anySync bool
+	var seq base.SeqNum
+	if err == nil {
+		seq = d.mu.versions.LastSeq() + 1
+		for _, g := range group {
+			g.batch.setSeq(seq)
+			seq += base.SeqNum(g.batch.Count())
+			anySync = anySync || g.sync
+		}
+		d.mu.versions.SetLastSeq(seq - 1)
+	}
+	mem, lw, lf, lnum := d.mu.mem, d.mu.log.w, d.mu.log.file, d.mu.log.num
+	d.mu.Unlock()
+
+	var walBytes int64
+	if err == nil && lw != nil {
+		for _, g := range group {
+			if _, err = lw.WriteRecord(g.batch.Repr()); err != nil {
+				break
+			}
+			walBytes += int64(g.batch.Len())
+		}
+		if err == nil {
+			err = lw.Flush()
+		}
+		if err == nil && anySync {
+			err = lf.Sync()
+		}
+		if err != nil {
+			err = fmt.Errorf("lsm: writing WAL %s: %w", lnum, err)
+		}
+	}
+	if err == nil {
+		for _, g := range group {
+			r, rerr := newBatchReader(g.batch.Repr())
+			if rerr == nil {
+				rerr = mem.apply(r, r.seq)
+			}
+			if rerr != nil {
+				err = fmt.Errorf("lsm: applying batch to memtable: %w", rerr)
+				break
+			}
+		}
+	}
+
+	d.mu.Lock()
+	if err == nil {
+		d.visibleSeq.Store(uint64(seq))
+		d.mu.stats.walBytes += walBytes
+		d.mu.stats.groups++
+		d.mu.stats.writes += int64(len(group))
+		if anySync {
+			d.mu.stats.walSyncs++
+		}
+		for _, g := range group {
+			d.mu.stats.bytesIngested += int64(g.batch.Len())
+		}
+	} else if d.mu.bgErr == nil && !base.IsCorruption(err) {
+		// The WAL's state on disk is unknown after a failed write or
+		// sync: acknowledging later writes could lose them silently.
+		d.setBackgroundErrorLocked(err)
+	}
+	for _, g := range group {
+		g.err = err
+		g.done = true
+		if g != w {
+			g.cond.signal()
+		}
+	}
+	d.mu.writers = d.mu.writers[len(group):]
+	if len(d.mu.writers) > 0 {
+		d.mu.writers[0].cond.signal()
+	} else {
+		d.mu.bgCond.Broadcast() // Close waits for the queue to drain
+	}
+	d.mu.Unlock()
+	return err
+}
+
+// buildGroupLocked returns the writers of the next commit group: the leader
+// and the writers queued behind it, up to maxGroupBytes. A non-sync leader
+// does not take a sync writer, whose durability it would not provide.
+// REQUIRES: d.mu held; the caller is the leader.
+func (d *DB) buildGroupLocked() []*writer {
+	leader := d.mu.writers[0]
+	size := leader.batch.Len()
+	maxSize := maxGroupBytes
+	if size <= smallLeaderBytes {
+		maxSize = size + smallLeaderBytes
+	}
+	n := 1
+	for _, w := range d.mu.writers[1:] {
+		if w.sync && !leader.sync {
+			break
+		}
+		if size+w.batch.Len() > maxSize || !d.mu.mem.fits(size+w.batch.Len(), w.batch.Count()) {
+			break
+		}
+		size += w.batch.Len()
+		n++
+	}
+	return d.mu.writers[:n]
+}
+
+// makeRoomForWriteLocked makes sure the mutable memtable can take b,
+// switching to a new memtable and WAL when it is full, delaying the write
+// when L0 is filling up and stopping it while too many memtables or L0
+// files wait for background work.
+// REQUIRES: d.mu held; the caller is the commit leader.
+func (d *DB) makeRoomForWriteLocked(b *Batch) error {
+	slowed := false
+	for {
+		if d.mu.bgErr != nil {
+			return d.mu.bgErr
+		}
+		if d.mu.closing {
+			return ErrClosed
+		}
+		l0 := len(d.mu.versions.Current().Levels[0])
+		switch {
+		case !slowed && l0 >= d.opts.L0SlowdownWritesThreshold:
+			// Delay each write a little rather than stop them all
+			// later; this also hands the CPU to the compaction.
+			slowed = true
+			d.mu.stats.slowdowns++
+			d.mu.Unlock()
+			start := time.Now()
+			time.Sleep(slowdownWriteDelay)
+			d.mu.Lock()
+			d.mu.stats.slowdownTime += time.Since(start)
+			continue
+		case d.mu.mem.fits(b.Len(), b.Count()):
+			return nil
+		case len(d.mu.imm)+1 >= d.opts.MemTableStopWritesThreshold:
+			d.stallLocked()
+			continue
+		case l0 >= d.opts.L0StopWritesThreshold:
+			d.stallLocked()
+			continue
+		}
+		if err := d.switchMemTableLocked(b.Len(), b.Count()); err != nil {
+			return err
+		}
+	}
+}
+
+// stallLocked waits for a background job to finish.
+// REQUIRES: d.mu held.
+func (d *DB) stallLocked() {
+	d.mu.stats.stops++
+	start := time.Now()
+	d.maybeScheduleFlushLocked()
+	d.maybeScheduleCompactionLocked()
+	d.mu.bgCond.Wait()
+	d.mu.stats.stopTime += time.Since(start)
+}
+
+// switchMemTableLocked queues the mutable memtable for flushing and starts a
+// new memtable and WAL big enough for a batch of n bytes and count entries.
+// The old WAL is synced first, so that only the newest WAL can have a torn
+// tail after a crash.
+// REQUIRES: d.mu held; the caller is the commit leader (or Flush holding
+// commit leadership).
+func (d *DB) switchMemTableLocked(n, count int) error {
+	newLogNum := d.mu.versions.NewFileNum()
+	oldLog := d.mu.log
+	d.mu.Unlock()
+	var newFile vfsFile
+	var err error
+	if !d.opts.DisableWAL {
+		if oldLog.w != nil {
+			if err = oldLog.w.Flush(); err == nil {
+				err = oldLog.file.Sync()
+			}
+			if cerr := oldLog.file.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err == nil {
+			newFile, err = d.createWAL(newLogNum)
+		}
+	}
+	d.mu.Lock()
+	if err != nil {
+		err = fmt.Errorf("lsm: switching WAL: %w", err)
+		d.setBackgroundErrorLocked(err)
+		return err
+	}
+	d.mu.log.num = newLogNum
+	d.mu.log.file = newFile
+	if newFile != nil {
+		d.mu.liveLogs = append(d.mu.liveLogs, newLogNum)
+	}
+	d.mu.log.w = nil
+	if newFile != nil {
+		d.mu.log.w = record.NewWriter(newFile)
+	}
+	size := d.opts.MemTableSizeBytes
+	if need := int64(n) + int64(count)*memTableArenaOverheadBytes + 1<<16; need > size {
+		size = need
+	}
+	d.mu.imm = append(d.mu.imm, d.mu.mem)
+	d.mu.mem = newMemTable(size, d.opts.MemtableBloomBitsPerKey, newLogNum)
+	d.updateReadStateLocked()
+	d.maybeScheduleFlushLocked()
+	return nil
+}
+
+// createWAL creates WAL n and makes its directory entry durable.
+func (d *DB) createWAL(n base.FileNum) (vfsFile, error) {
+	f, err := d.fs.Create(base.MakeFilepath(d.dirname, base.FileTypeLog, n))
+	if err != nil {
+		return nil, err
+	}
+	if err := d.syncDir(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// syncDir makes the directory's entries durable.
+func (d *DB) syncDir() error {
+	dir, err := d.fs.OpenDir(d.dirname)
+	if err != nil {
+		return err
+	}
+	err = dir.Sync()
+	if cerr := dir.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

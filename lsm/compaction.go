@@ -1,0 +1,389 @@
+package lsm
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+
+	"github.com/cairnkv/cairn/lsm/internal/base"
+	"github.com/cairnkv/cairn/lsm/internal/rangedel"
+	"github.com/cairnkv/cairn/lsm/sst"
+	"github.com/cairnkv/cairn/lsm/version"
+)
+
+// maybeScheduleCompactionLocked starts the compaction goroutine when a
+// level needs compacting and none is running.
+// REQUIRES: d.mu held.
+func (d *DB) maybeScheduleCompactionLocked() {
+	if d.mu.compacting || d.mu.closing || d.mu.bgErr != nil || d.mu.manualCompactions > 0 {
+		return
+	}
+	c := d.pickCompactionLocked()
+	if c == nil {
+		return
+	}
+	d.mu.compacting = true
+	d.bgWG.Add(1)
+	go d.compactionLoop(c)
+}
+
+// compactionLoop runs c, then whatever the picker finds next.
+func (d *DB) compactionLoop(c *compaction) {
+	defer d.bgWG.Done()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for c != nil {
+		if err := d.runCompactionLocked(c); err != nil {
+			d.setBackgroundErrorLocked(err)
+			break
+		}
+		if d.mu.closing || d.mu.bgErr != nil || d.mu.manualCompactions > 0 {
+			break
+		}
+		c = d.pickCompactionLocked()
+	}
+	d.mu.compacting = false
+	d.mu.bgCond.Broadcast()
+}
+
+// runCompactionLocked runs c and installs its result.
+// REQUIRES: d.mu held (released while tables are written).
+func (d *DB) runCompactionLocked(c *compaction) error {
+	defer func() {
+		for _, in := range c.inputs {
+			for _, f := range in {
+				f.Compacting = false
+			}
+		}
+		c.version.Unref()
+	}()
+	ve := &version.VersionEdit{}
+	for i, in := range c.inputs {
+		level := c.startLevel
+		if i == 1 {
+			level = c.outputLevel
+		}
+		for _, f := range in {
+			ve.DeleteFile(level, f.FileNum)
+		}
+	}
+	var outputs []*version.FileMetadata
+	var bytesRead int64
+	if c.trivialMove {
+		outputs = c.inputs[0]
+	} else {
+		snapshots := d.mu.snapshots.list()
+		d.mu.Unlock()
+		var err error
+		outputs, bytesRead, err = d.compactTables(c, snapshots)
+		d.mu.Lock()
+		if err != nil {
+			return fmt.Errorf("lsm: compacting L%d→L%d: %w", c.startLevel, c.outputLevel, err)
+		}
+	}
+	for _, f := range outputs {
+		ve.NewFiles = append(ve.NewFiles, version.NewFile{Level: c.outputLevel, Meta: f})
+	}
+	if err := d.mu.versions.LogAndApply(&d.mu.Mutex, ve); err != nil {
+		return fmt.Errorf("lsm: recording compaction in manifest: %w", err)
+	}
+	if c.startLevel > 0 {
+		_, largest := userKeyRange(c.inputs[0])
+		d.mu.compactPointer[c.startLevel] = base.MakeInternalKey(nil, largest, 0, 0)
+	}
+	if !c.trivialMove {
+		d.mu.stats.compactions++
+		d.mu.stats.compactionBytesRead += bytesRead
+		d.mu.stats.levelBytesRead[c.startLevel] += sizeOf(c.inputs[0])
+		d.mu.stats.levelBytesRead[c.outputLevel] += sizeOf(c.inputs[1])
+		written := sizeOf(outputs)
+		d.mu.stats.compactionBytesWritten += written
+		d.mu.stats.levelBytesWritten[c.outputLevel] += written
+	}
+	d.updateReadStateLocked()
+	d.mu.bgCond.Broadcast()
+	d.mu.Unlock()
+	d.deleteObsoleteFiles()
+	d.mu.Lock()
+	return nil
+}
+
+func sizeOf(files []*version.FileMetadata) int64 {
+	var n int64
+	for _, f := range files {
+		n += int64(f.Size)
+	}
+	return n
+}
+
+// compactTables merges c's inputs into new tables of the output level.
+//
+// For each user key, versions are grouped into snapshot stripes: stripe i
+// holds the sequence numbers a snapshot s_i sees that s_(i-1) does not.
+// Only the newest version in each stripe can be read, so the rest are
+// dropped; a version covered by a range tombstone of the same stripe is
+// dropped; a point deletion in the oldest stripe is dropped once nothing
+// below the output level can hold the key (c.bottommost). Range tombstones
+// are elided by the same rules (rangedel.Elide).
+//
+// Output tables are cut at TargetFileSizeBytes, only between user keys, so
+// that a key's versions never straddle two tables; each table gets the
+// tombstone fragments that fall within its key range.
+func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (outputs []*version.FileMetadata, bytesRead int64, err error) {
+	var iters []base.InternalIterator
+	var rawTombs []base.RangeTombstone
+	defer func() {
+		for _, it := range iters {
+			it.Close()
+		}
+		if err != nil {
+			for _, f := range outputs {
+				d.fs.Remove(base.MakeFilepath(d.dirname, base.FileTypeTable, f.FileNum))
+			}
+			outputs = nil
+		}
+	}()
+	for i, in := range c.inputs {
+		level := c.startLevel
+		if i == 1 {
+			level = c.outputLevel
+		}
+		for _, f := range in {
+			r, err := d.tables.get(f)
+			if err != nil {
+				return nil, 0, err
+			}
+			rawTombs = append(rawTombs, r.RangeTombstones()...)
+			bytesRead += int64(f.Size)
+			if level == 0 {
+				iters = append(iters, r.NewIter())
+			}
+		}
+		if level > 0 && len(in) > 0 {
+			iters = append(iters, newLevelIter(d.tables, in))
+		}
+	}
+	merged := newMergingIter(iters)
+	iters = nil
+	defer merged.Close()
+
+	tombSet := rangedel.NewSet(rawTombs)
+	frags := rangedel.Elide(rangedel.FragmentTombstones(rawTombs), snapshots, c.bottommost)
+	stripeOf := func(seq base.SeqNum) int {
+		return sort.Search(len(snapshots), func(i int) bool { return snapshots[i] > seq })
+	}
+	stripeTop := func(stripe int) base.SeqNum {
+		if stripe < len(snapshots) {
+			return snapshots[stripe]
+		}
+		return base.SeqNumMax
+	}
+
+	var (
+		w          *sst.Writer
+		curNum     base.FileNum
+		curLower   []byte // user key at which the current output begins (nil: unbounded)
+		lastUkey   []byte
+		lastStripe = -1
+		pending    *pendingOutput
+	)
+	finish := func(upper []byte) error {
+		if w == nil {
+			return nil
+		}
+		var fileFrags []rangedel.Fragment
+		for _, f := range frags {
+			if t := f.Truncate(curLower, upper); !t.Empty() {
+				fileFrags = append(fileFrags, t)
+			}
+		}
+		if err := addTombstones(w, fileFrags); err != nil {
+			return err
+		}
+		meta, err := pending.finish(d, w)
+		w = nil
+		if err != nil {
+			return err
+		}
+		outputs = append(outputs, meta)
+		return nil
+	}
+	start := func(lower []byte) error {
+		d.mu.Lock()
+		curNum = d.mu.versions.NewFileNum()
+		d.mu.Unlock()
+		var err error
+		pending, w, err = d.startTable(curNum)
+		curLower = lower
+		return err
+	}
+
+	for merged.First(); merged.Valid(); merged.Next() {
+		ukey, seq, kind, ok := base.ParseInternalKey(merged.Key())
+		if !ok {
+			return nil, 0, base.CorruptionErrorf("malformed internal key %q in compaction input", merged.Key())
+		}
+		stripe := stripeOf(seq)
+		newUkey := lastUkey == nil || !bytes.Equal(ukey, lastUkey)
+		if !newUkey && stripe == lastStripe {
+			continue // shadowed by a newer version in the same stripe
+		}
+		if newUkey {
+			lastUkey = append(lastUkey[:0], ukey...)
+		}
+		lastStripe = stripe
+		if tombSet.MaxCoveringSeq(ukey, stripeTop(stripe)) > seq {
+			continue // deleted by a range tombstone in the same stripe
+		}
+		if kind == base.KindDelete && c.bottommost && stripe == 0 {
+			continue // nothing older remains anywhere for it to hide
+		}
+		if w != nil && newUkey && w.EstimatedSize() >= uint64(d.opts.TargetFileSizeBytes) {
+			split := bytes.Clone(ukey)
+			if err := finish(split); err != nil {
+				return nil, 0, err
+			}
+			if err := start(split); err != nil {
+				return nil, 0, err
+			}
+		}
+		if w == nil {
+			if err := start(nil); err != nil {
+				return nil, 0, err
+			}
+		}
+		if err := w.Add(merged.Key(), merged.Value()); err != nil {
+			return nil, 0, err
+		}
+	}
+	if err := merged.Error(); err != nil {
+		return nil, 0, err
+	}
+	if w == nil && len(frags) > 0 {
+		if err := start(nil); err != nil {
+			return nil, 0, err
+		}
+	}
+	if err := finish(nil); err != nil {
+		return nil, 0, err
+	}
+	return outputs, bytesRead, nil
+}
+
+// pendingOutput is a table being written by a compaction.
+type pendingOutput struct {
+	fileNum base.FileNum
+	file    vfsFile
+}
+
+func (d *DB) startTable(n base.FileNum) (*pendingOutput, *sst.Writer, error) {
+	f, err := d.fs.Create(base.MakeFilepath(d.dirname, base.FileTypeTable, n))
+	if err != nil {
+		return nil, nil, err
+	}
+	return &pendingOutput{fileNum: n, file: f}, sst.NewWriter(f, d.opts.sstWriterOptions()), nil
+}
+
+func (p *pendingOutput) finish(d *DB, w *sst.Writer) (*version.FileMetadata, error) {
+	md, err := w.Finish()
+	if err == nil {
+		err = p.file.Sync()
+	}
+	if cerr := p.file.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = d.syncDir()
+	}
+	if err != nil {
+		d.fs.Remove(base.MakeFilepath(d.dirname, base.FileTypeTable, p.fileNum))
+		return nil, err
+	}
+	return &version.FileMetadata{
+		FileNum:           p.fileNum,
+		Size:              md.Size,
+		Smallest:          md.Smallest,
+		Largest:           md.Largest,
+		SmallestSeq:       md.SmallestSeq,
+		LargestSeq:        md.LargestSeq,
+		NumEntries:        md.NumEntries,
+		NumDeletions:      md.NumDeletions,
+		NumRangeDeletions: md.NumRangeDeletions,
+	}, nil
+}
+
+// Compact compacts every level's data overlapping [start, end] (user keys,
+// inclusive; nil means unbounded) down to the bottom level, level by level,
+// dropping overwritten and deleted data no snapshot needs. It returns when
+// done.
+func (d *DB) Compact(start, end []byte) error {
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
+	if start != nil && end != nil && bytes.Compare(start, end) > 0 {
+		return base.InvalidArgumentf("Compact start %q > end %q", start, end)
+	}
+	if err := d.Flush(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.mu.manualCompactions++
+	defer func() {
+		d.mu.manualCompactions--
+		d.maybeScheduleCompactionLocked()
+	}()
+	for d.mu.compacting {
+		d.mu.bgCond.Wait()
+	}
+	d.mu.compacting = true
+	defer func() {
+		d.mu.compacting = false
+		d.mu.bgCond.Broadcast()
+	}()
+	lo, hi := start, end
+	for level := 0; level < version.NumLevels-1; level++ {
+		if d.mu.bgErr != nil {
+			return d.mu.bgErr
+		}
+		if d.mu.closing {
+			return ErrClosed
+		}
+		v := d.mu.versions.Current()
+		files := overlapsUnbounded(v, level, lo, hi)
+		if len(files) == 0 {
+			continue
+		}
+		c := d.newCompactionLocked(v, level, level+1, files)
+		if c == nil {
+			return fmt.Errorf("lsm: manual compaction found L%d files already compacting", level)
+		}
+		if err := d.runCompactionLocked(c); err != nil {
+			d.setBackgroundErrorLocked(err)
+			return err
+		}
+	}
+	return nil
+}
+
+// overlapsUnbounded is Version.Overlaps with nil meaning unbounded.
+func overlapsUnbounded(v *version.Version, level int, start, end []byte) []*version.FileMetadata {
+	files := v.Levels[level]
+	if len(files) == 0 {
+		return nil
+	}
+	s, e := start, end
+	if s == nil || e == nil {
+		fs, fe := userKeyRange(files)
+		if s == nil {
+			s = fs
+		}
+		if e == nil {
+			e = fe
+		}
+	}
+	if bytes.Compare(s, e) > 0 {
+		return nil
+	}
+	return v.Overlaps(level, s, e)
+}

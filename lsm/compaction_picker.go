@@ -1,0 +1,195 @@
+package lsm
+
+import (
+	"bytes"
+
+	"github.com/cairnkv/cairn/lsm/version"
+)
+
+// compaction describes one compaction: the input files of the start level
+// and of the output level, and what the picker decided about them.
+type compaction struct {
+	startLevel, outputLevel int
+	// inputs[0] are the start level's files, inputs[1] the output level's.
+	inputs [2][]*version.FileMetadata
+	// smallest and largest are the user-key bounds of all inputs.
+	smallest, largest []byte
+	// bottommost: no level below the output level holds a key in the
+	// compaction's range, so tombstones may be dropped there.
+	bottommost bool
+	// trivialMove: one input file with nothing to merge with; it moves
+	// down by a manifest edit alone.
+	trivialMove bool
+	version     *version.Version
+	score       float64
+}
+
+// levelTargets computes dynamic level sizes (RocksDB's
+// level_compaction_dynamic_level_bytes): the bottom level's target is its
+// actual size, each level above it is LevelMultiplier times smaller, and
+// the base level, the one L0 compacts into, is the deepest level whose
+// target is at most LBaseMaxBytes. A small DB therefore has one populated
+// level below L0, and levels appear above it as the DB grows, which keeps
+// space amplification near 1 + 1/multiplier.
+func levelTargets(v *version.Version, o *Options) (baseLevel int, targets [version.NumLevels]int64) {
+	bottom := int64(0)
+	for l := 1; l < version.NumLevels; l++ {
+		bottom = max(bottom, levelSize(v, l))
+	}
+	mult := int64(o.LevelMultiplier)
+	baseLevel = version.NumLevels - 1
+	cur := max(bottom, o.LBaseMaxBytes)
+	targets[baseLevel] = cur
+	for baseLevel > 1 && cur/mult >= o.LBaseMaxBytes {
+		cur /= mult
+		baseLevel--
+		targets[baseLevel] = cur
+	}
+	return baseLevel, targets
+}
+
+func levelSize(v *version.Version, level int) int64 {
+	var n int64
+	for _, f := range v.Levels[level] {
+		n += int64(f.Size)
+	}
+	return n
+}
+
+// pickCompactionLocked returns the most urgent compaction, or nil. It marks
+// the chosen inputs as compacting and takes a reference on the version.
+// REQUIRES: d.mu held.
+func (d *DB) pickCompactionLocked() *compaction {
+	v := d.mu.versions.Current()
+	baseLevel, targets := levelTargets(v, d.opts)
+
+	bestLevel, bestScore := -1, 1.0
+	if n := len(v.Levels[0]); n > 0 {
+		if s := float64(n) / float64(d.opts.L0CompactionThreshold); s >= bestScore {
+			bestLevel, bestScore = 0, s
+		}
+	}
+	for l := 1; l < version.NumLevels-1; l++ {
+		size := levelSize(v, l)
+		if size == 0 {
+			continue
+		}
+		var s float64
+		if l < baseLevel {
+			// A level above the base level holds data left from a
+			// smaller DB: push it down first.
+			s = 1e9
+		} else {
+			s = float64(size) / float64(targets[l])
+		}
+		if s > bestScore {
+			bestLevel, bestScore = l, s
+		}
+	}
+	if bestLevel < 0 {
+		return nil
+	}
+	var c *compaction
+	if bestLevel == 0 {
+		c = d.newCompactionLocked(v, 0, l0OutputLevel(v, baseLevel), v.Levels[0])
+	} else {
+		f := d.pickFileLocked(v, bestLevel)
+		if f == nil {
+			return nil
+		}
+		c = d.newCompactionLocked(v, bestLevel, bestLevel+1, []*version.FileMetadata{f})
+	}
+	if c == nil {
+		return nil
+	}
+	c.score = bestScore
+	return c
+}
+
+// pickFileLocked picks the file of level to compact next: the first one
+// after the level's compaction pointer, round robin, as LevelDB does, so
+// that every part of the key space is compacted in turn.
+// REQUIRES: d.mu held.
+func (d *DB) pickFileLocked(v *version.Version, level int) *version.FileMetadata {
+	files := v.Levels[level]
+	ptr := d.mu.compactPointer[level]
+	for i := range files {
+		if ptr == nil || bytes.Compare(files[i].Smallest, ptr) > 0 {
+			if !files[i].Compacting {
+				return files[i]
+			}
+		}
+	}
+	for _, f := range files {
+		if !f.Compacting {
+			return f
+		}
+	}
+	return nil
+}
+
+// newCompactionLocked builds a compaction of start (files of startLevel)
+// into outputLevel. It returns nil if any needed file is already being
+// compacted.
+// REQUIRES: d.mu held.
+func (d *DB) newCompactionLocked(v *version.Version, startLevel, outputLevel int, start []*version.FileMetadata) *compaction {
+	if len(start) == 0 {
+		return nil
+	}
+	c := &compaction{startLevel: startLevel, outputLevel: outputLevel, version: v}
+	c.inputs[0] = append([]*version.FileMetadata(nil), start...)
+	c.smallest, c.largest = userKeyRange(c.inputs[0])
+	if startLevel == 0 {
+		// L0 files overlap one another: take every L0 file touching
+		// the range, repeatedly, so that no older version of a key is
+		// left behind a newer one.
+		c.inputs[0] = v.Overlaps(0, c.smallest, c.largest)
+		c.smallest, c.largest = userKeyRange(c.inputs[0])
+	}
+	c.inputs[1] = v.Overlaps(outputLevel, c.smallest, c.largest)
+	all := append(append([]*version.FileMetadata(nil), c.inputs[0]...), c.inputs[1]...)
+	for _, f := range all {
+		if f.Compacting {
+			return nil
+		}
+	}
+	c.smallest, c.largest = userKeyRange(all)
+	c.bottommost = true
+	for l := outputLevel + 1; l < version.NumLevels; l++ {
+		if len(v.Overlaps(l, c.smallest, c.largest)) > 0 {
+			c.bottommost = false
+			break
+		}
+	}
+	c.trivialMove = startLevel > 0 && len(c.inputs[0]) == 1 && len(c.inputs[1]) == 0
+	for _, f := range all {
+		f.Compacting = true
+	}
+	v.Ref()
+	return c
+}
+
+// userKeyRange returns the smallest and largest user keys of files.
+func userKeyRange(files []*version.FileMetadata) (smallest, largest []byte) {
+	for i, f := range files {
+		s, l, _ := f.UserKeyBounds()
+		if i == 0 || bytes.Compare(s, smallest) < 0 {
+			smallest = s
+		}
+		if i == 0 || bytes.Compare(l, largest) > 0 {
+			largest = l
+		}
+	}
+	return smallest, largest
+}
+
+// l0OutputLevel returns the level L0 compacts into: the base level, unless
+// a level above it still holds data, which must stay below newer data.
+func l0OutputLevel(v *version.Version, baseLevel int) int {
+	for l := 1; l < baseLevel; l++ {
+		if len(v.Levels[l]) > 0 {
+			return l
+		}
+	}
+	return baseLevel
+}

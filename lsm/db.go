@@ -1,0 +1,189 @@
+package lsm
+
+import (
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairnkv/cairn/lsm/cache"
+	"github.com/cairnkv/cairn/lsm/internal/base"
+	"github.com/cairnkv/cairn/lsm/record"
+	"github.com/cairnkv/cairn/lsm/version"
+	"github.com/cairnkv/cairn/lsm/vfs"
+)
+
+// Errors returned by the engine. Test for them with errors.Is.
+var (
+	ErrNotFound        = base.ErrNotFound
+	ErrInvalidArgument = base.ErrInvalidArgument
+	ErrClosed          = base.ErrClosed
+)
+
+// IsCorruption reports whether err reports damaged on-disk data.
+func IsCorruption(err error) bool { return base.IsCorruption(err) }
+
+// DB is an LSM key-value store over one directory. It is safe for
+// concurrent use.
+//
+// Lock order: commit leadership (d.mu.writers front) → d.mu → version set
+// internals. The read path takes no DB-wide lock: it loads the current
+// readState with one atomic load and a reference count.
+type DB struct {
+	dirname string
+	opts    *Options
+	fs      vfs.FS
+	cache   *cache.Cache
+	cacheID uint64
+	tables  *tableCache
+	lock    io.Closer
+
+	// visibleSeq is the snapshot of the latest state: readers see writes
+	// with sequence numbers below it. Published by the commit leader after
+	// a group is applied to the memtable.
+	visibleSeq atomic.Uint64
+	// readState is what a reader needs: memtables and the current version.
+	readState atomic.Pointer[readState]
+	closed    atomic.Bool
+
+	mu struct {
+		sync.Mutex
+		versions *version.VersionSet
+		// mem is the mutable memtable; imm the memtables waiting to be
+		// flushed, oldest first.
+		mem *memTable
+		imm []*memTable
+		// writers is the commit queue; its front is the leader.
+		writers []*writer
+		log     struct {
+			num  base.FileNum
+			file vfs.File
+			w    *record.Writer
+		}
+		snapshots snapshotList
+		// bgErr is a sticky error from the WAL or a background job whose
+		// effects on disk are unknown; every later write returns it.
+		bgErr error
+		// bgCond is signalled whenever a flush or compaction finishes or
+		// bgErr is set.
+		bgCond            sync.Cond
+		flushing          bool
+		compacting        bool
+		manualCompactions int
+		closing           bool
+		compactPointer    [version.NumLevels][]byte
+		stats             dbStats
+		// liveLogs are the WALs not yet deleted, ascending.
+		liveLogs []base.FileNum
+	}
+
+	// Filter probe counters: SST filters, and memtable filters of
+	// memtables already flushed.
+	tableFilter, retiredMemFilter filterCounters
+
+	bgWG     sync.WaitGroup
+	flushCh  chan struct{}
+	compactC chan struct{}
+	cleanCh  chan struct{}
+	closeCh  chan struct{}
+}
+
+type filterCounters struct{ checked, useful atomic.Int64 }
+
+// dbStats are the counters behind Metrics. REQUIRES: d.mu held to update.
+type dbStats struct {
+	flushes, compactions       int64
+	flushBytes                 int64
+	compactionBytesRead        int64
+	compactionBytesWritten     int64
+	bytesIngested              int64 // user bytes written (batch reprs)
+	levelBytesRead             [version.NumLevels]int64
+	levelBytesWritten          [version.NumLevels]int64
+	slowdowns, stops           int64
+	slowdownTime, stopTime     time.Duration
+	walBytes, walSyncs, groups int64
+	writes                     int64
+}
+
+// Get returns a copy of the latest value of key, or ErrNotFound.
+func (d *DB) Get(key []byte) ([]byte, error) {
+	return d.get(key, 0)
+}
+
+// Put sets key to value.
+func (d *DB) Put(key, value []byte, wo *WriteOptions) error {
+	var b Batch
+	b.Set(key, value)
+	return d.Write(&b, wo)
+}
+
+// Delete removes key.
+func (d *DB) Delete(key []byte, wo *WriteOptions) error {
+	var b Batch
+	b.Delete(key)
+	return d.Write(&b, wo)
+}
+
+// DeleteRange removes every key k with start <= k < end.
+func (d *DB) DeleteRange(start, end []byte, wo *WriteOptions) error {
+	var b Batch
+	b.DeleteRange(start, end)
+	return d.Write(&b, wo)
+}
+
+// checkOpen returns ErrClosed once Close has begun.
+func (d *DB) checkOpen() error {
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Close waits for background work, closes the WAL and every open file and
+// releases the directory lock. Writes not synced are written to the WAL
+// (but not synced) first. Iterators and snapshots must be closed before.
+func (d *DB) Close() error {
+	if !d.closed.CompareAndSwap(false, true) {
+		return ErrClosed
+	}
+	d.mu.Lock()
+	// Wait for the commit queue to drain.
+	for len(d.mu.writers) > 0 {
+		d.mu.bgCond.Wait()
+	}
+	d.mu.closing = true
+	d.mu.bgCond.Broadcast()
+	d.mu.Unlock()
+
+	close(d.closeCh)
+	d.bgWG.Wait()
+
+	d.mu.Lock()
+	var errs []error
+	if d.mu.log.w != nil {
+		errs = append(errs, d.mu.log.w.Flush(), d.mu.log.file.Sync(), d.mu.log.file.Close())
+		d.mu.log.w = nil
+	}
+	rs := d.readState.Swap(nil)
+	d.mu.Unlock()
+	if rs != nil {
+		rs.unref()
+	}
+	d.deleteObsoleteFiles()
+	d.mu.Lock()
+	errs = append(errs, d.mu.versions.Close())
+	d.mu.Unlock()
+	errs = append(errs, d.tables.close(), d.lock.Close())
+	return errors.Join(errs...)
+}
+
+// setBackgroundErrorLocked records a sticky error.
+// REQUIRES: d.mu held.
+func (d *DB) setBackgroundErrorLocked(err error) {
+	if d.mu.bgErr == nil {
+		d.mu.bgErr = err
+		d.opts.Logger.Printf("lsm: background error, writes now fail: %v", err)
+	}
+	d.mu.bgCond.Broadcast()
+}

@@ -1,0 +1,51 @@
+// Package lsm is cairn's storage engine: an embeddable, crash-safe
+// log-structured merge tree.
+//
+//	db, err := lsm.Open("/path/to/dir", nil)
+//	err = db.Put([]byte("k"), []byte("v"), lsm.Sync)
+//	v, err := db.Get([]byte("k"))
+//	it, err := db.NewIter(&lsm.IterOptions{LowerBound: []byte("a")})
+//	for ok := it.First(); ok; ok = it.Next() { ... it.Key(), it.Value() ... }
+//	err = it.Close()
+//	err = db.Close()
+//
+// # Write path
+//
+// A write is a Batch. Writers queue; the one at the front leads a commit
+// group: it appends every batch of the group to the WAL (lsm/record format,
+// CRC32C per fragment), fsyncs once if any member asked for Sync, applies the
+// batches to the mutable memtable (an arena-backed concurrent skiplist behind
+// a DynamicBloom filter), and publishes the group's sequence numbers to
+// readers all at once. A full memtable is switched out with its WAL and
+// flushed to an L0 table in the background; leveled compaction with dynamic
+// level sizes moves data down. Writes slow down (1 ms each) when L0 holds
+// L0SlowdownWritesThreshold files and stop while L0StopWritesThreshold files
+// or MemTableStopWritesThreshold memtables wait; Metrics reports both.
+//
+// # Read path
+//
+// A read loads the current readState (memtables + version) with one atomic
+// load and a reference count: no DB-wide lock. Get probes memtables, then
+// the L0 tables that may hold the key, then one table per deeper level; each
+// table's cache-local Bloom filter is consulted first, the bottom level's
+// included. Data blocks come through a sharded block cache shared by all
+// tables; index, filter and range-deletion blocks are pinned in each open
+// table reader.
+//
+// # Recovery
+//
+// Open replays the WALs that the manifest does not yet cover and writes
+// what it recovers to L0 before accepting writes. A torn WAL tail (an
+// incomplete last record, as a crash leaves it) is dropped; damage followed
+// by valid records fails Open with an error for which IsCorruption is true,
+// unless Options.WALRecovery is WALRecoverPointInTime, which an operator
+// chooses to recover up to the damage explicitly.
+//
+// # Durability contract
+//
+// A write acknowledged with WriteOptions.Sync survives a crash of the
+// process or the machine. A write without Sync survives a process crash
+// (the WAL is written before the write is acknowledged) but may be lost
+// with the machine, together with every later unsynced write and nothing
+// before the last synced one.
+package lsm

@@ -1,0 +1,223 @@
+package lsm
+
+import (
+	"fmt"
+
+	"github.com/cairnkv/cairn/lsm/internal/base"
+	"github.com/cairnkv/cairn/lsm/internal/rangedel"
+	"github.com/cairnkv/cairn/lsm/sst"
+	"github.com/cairnkv/cairn/lsm/version"
+)
+
+// Flush writes every memtable to L0 and waits until it is done. The
+// mutable memtable is switched out first, so Flush makes every write
+// acknowledged before it durable in SSTs.
+func (d *DB) Flush() error {
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w := d.acquireCommitLeadershipLocked()
+	var err error
+	if !d.mu.mem.empty() {
+		err = d.switchMemTableLocked(0, 0)
+	}
+	var target *memTable
+	if n := len(d.mu.imm); n > 0 {
+		target = d.mu.imm[n-1]
+	}
+	d.releaseCommitLeadershipLocked(w)
+	if err != nil {
+		return err
+	}
+	for target != nil && d.mu.bgErr == nil && !d.mu.closing && d.queuedLocked(target) {
+		d.maybeScheduleFlushLocked()
+		d.mu.bgCond.Wait()
+	}
+	if d.mu.bgErr != nil {
+		return d.mu.bgErr
+	}
+	if d.mu.closing {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (d *DB) queuedLocked(m *memTable) bool {
+	for _, x := range d.mu.imm {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+// acquireCommitLeadershipLocked queues a writer that carries no batch and
+// waits until it leads the commit queue: while it does, no write can touch
+// the WAL or the memtables.
+// REQUIRES: d.mu held.
+func (d *DB) acquireCommitLeadershipLocked() *writer {
+	w := &writer{}
+	w.cond.init(&d.mu.Mutex)
+	d.mu.writers = append(d.mu.writers, w)
+	for d.mu.writers[0] != w {
+		w.cond.wait()
+	}
+	return w
+}
+
+// releaseCommitLeadershipLocked removes w from the front of the queue.
+// REQUIRES: d.mu held; w leads the queue.
+func (d *DB) releaseCommitLeadershipLocked(w *writer) {
+	if d.mu.writers[0] != w {
+		panic("lsm: releasing commit leadership not held")
+	}
+	d.mu.writers = d.mu.writers[1:]
+	if len(d.mu.writers) > 0 {
+		d.mu.writers[0].cond.signal()
+	} else {
+		d.mu.bgCond.Broadcast()
+	}
+}
+
+// maybeScheduleFlushLocked starts the flush goroutine if memtables wait.
+// REQUIRES: d.mu held.
+func (d *DB) maybeScheduleFlushLocked() {
+	if d.mu.flushing || len(d.mu.imm) == 0 || d.mu.closing || d.mu.bgErr != nil {
+		return
+	}
+	d.mu.flushing = true
+	d.bgWG.Add(1)
+	go d.flushLoop()
+}
+
+// flushLoop flushes queued memtables, oldest first, until none is left.
+func (d *DB) flushLoop() {
+	defer d.bgWG.Done()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for len(d.mu.imm) > 0 && !d.mu.closing && d.mu.bgErr == nil {
+		if err := d.flushOneLocked(); err != nil {
+			d.setBackgroundErrorLocked(err)
+		}
+	}
+	d.mu.flushing = false
+	d.mu.bgCond.Broadcast()
+}
+
+// flushOneLocked writes the oldest queued memtable to an L0 table and
+// records it in the manifest together with the WAL number below which
+// WALs are no longer needed.
+// REQUIRES: d.mu held (released while writing the table).
+func (d *DB) flushOneLocked() error {
+	m := d.mu.imm[0]
+	fileNum := d.mu.versions.NewFileNum()
+	d.mu.Unlock()
+	meta, err := d.writeMemTable(m, fileNum)
+	d.mu.Lock()
+	if err != nil {
+		return fmt.Errorf("lsm: flushing memtable to table %s: %w", fileNum, err)
+	}
+	ve := &version.VersionEdit{}
+	nextLog := d.mu.mem.logNum
+	if len(d.mu.imm) > 1 {
+		nextLog = d.mu.imm[1].logNum
+	}
+	ve.LogNumber = nextLog
+	if meta != nil {
+		ve.NewFiles = append(ve.NewFiles, version.NewFile{Level: 0, Meta: meta})
+	}
+	if err := d.mu.versions.LogAndApply(&d.mu.Mutex, ve); err != nil {
+		return fmt.Errorf("lsm: recording flush in manifest: %w", err)
+	}
+	d.mu.imm = d.mu.imm[1:]
+	d.retiredMemFilter.checked.Add(m.bloomChecked.Load())
+	d.retiredMemFilter.useful.Add(m.bloomUseful.Load())
+	d.mu.stats.flushes++
+	if meta != nil {
+		d.mu.stats.flushBytes += int64(meta.Size)
+		d.mu.stats.levelBytesWritten[0] += int64(meta.Size)
+	}
+	d.updateReadStateLocked()
+	d.mu.bgCond.Broadcast()
+	d.maybeScheduleCompactionLocked()
+	d.mu.Unlock()
+	d.deleteObsoleteFiles()
+	d.mu.Lock()
+	return nil
+}
+
+// writeMemTable writes m's entries and range tombstones into table
+// fileNum, syncs it and its directory entry. It returns nil metadata, and
+// leaves no file, when m holds nothing.
+func (d *DB) writeMemTable(m *memTable, fileNum base.FileNum) (*version.FileMetadata, error) {
+	it := m.newIter()
+	it.First()
+	tombs := rangedel.FragmentTombstones(m.rawTombstones())
+	if !it.Valid() && len(tombs) == 0 {
+		return nil, it.Close()
+	}
+	return d.writeTable(fileNum, func(w *sst.Writer) error {
+		for ; it.Valid(); it.Next() {
+			if err := w.Add(it.Key(), it.Value()); err != nil {
+				return err
+			}
+		}
+		if err := it.Close(); err != nil {
+			return err
+		}
+		return addTombstones(w, tombs)
+	})
+}
+
+func addTombstones(w *sst.Writer, frags []rangedel.Fragment) error {
+	for _, f := range frags {
+		for _, seq := range f.Seqs {
+			if err := w.AddRangeTombstone(f.Start, f.End, seq); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// writeTable creates table fileNum, lets fill add its contents, finishes,
+// syncs and closes it and syncs the directory. On error the file is removed.
+func (d *DB) writeTable(fileNum base.FileNum, fill func(w *sst.Writer) error) (*version.FileMetadata, error) {
+	name := base.MakeFilepath(d.dirname, base.FileTypeTable, fileNum)
+	f, err := d.fs.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	w := sst.NewWriter(f, d.opts.sstWriterOptions())
+	err = fill(w)
+	var md sst.Metadata
+	if err == nil {
+		md, err = w.Finish()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = d.syncDir()
+	}
+	if err != nil {
+		d.fs.Remove(name)
+		return nil, err
+	}
+	return &version.FileMetadata{
+		FileNum:           fileNum,
+		Size:              md.Size,
+		Smallest:          md.Smallest,
+		Largest:           md.Largest,
+		SmallestSeq:       md.SmallestSeq,
+		LargestSeq:        md.LargestSeq,
+		NumEntries:        md.NumEntries,
+		NumDeletions:      md.NumDeletions,
+		NumRangeDeletions: md.NumRangeDeletions,
+	}, nil
+}

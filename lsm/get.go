@@ -1,0 +1,141 @@
+package lsm
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/cairnkv/cairn/lsm/filter"
+	"github.com/cairnkv/cairn/lsm/internal/base"
+	"github.com/cairnkv/cairn/lsm/version"
+)
+
+// get returns a copy of the newest value of key visible at snapshot snap
+// (0: the latest state).
+//
+// The lookup consults, newest first, the memtables (each behind its
+// DynamicBloom filter), the L0 files whose bounds hold the key, and the one
+// file per deeper level whose bounds hold it, each behind its SST filter,
+// the bottom level included. The first point entry found is the newest; it
+// counts only if no range tombstone newer than it covers the key.
+func (d *DB) get(key []byte, snap base.SeqNum) ([]byte, error) {
+	if err := d.checkOpen(); err != nil {
+		return nil, err
+	}
+	if len(key) == 0 || len(key) > MaxKeySize {
+		return nil, base.InvalidArgumentf("key of %d bytes (must be 1..%d)", len(key), MaxKeySize)
+	}
+	if snap == 0 {
+		// Load the sequence number before the readState: every write
+		// below it was applied to a memtable that this or a later
+		// readState holds.
+		snap = base.SeqNum(d.visibleSeq.Load())
+	}
+	rs := d.loadReadState()
+	if rs == nil {
+		return nil, ErrClosed
+	}
+	defer rs.unref()
+
+	// The newest range tombstone covering key, over every source.
+	var tombSeq base.SeqNum
+	for _, m := range rs.mems {
+		tombSeq = max(tombSeq, m.tombstoneSet().MaxCoveringSeq(key, snap))
+	}
+	tt, err := rs.tableTombstones()
+	if err != nil {
+		return nil, err
+	}
+	tombSeq = max(tombSeq, tt.MaxCoveringSeq(key, snap))
+
+	h := filter.Hash(key)
+	for _, m := range rs.mems {
+		if v, kind, seq, ok := m.get(key, snap, h); ok {
+			return resolveGet(v, kind, seq, tombSeq)
+		}
+	}
+	v := rs.version
+	l0 := v.Levels[0]
+	for i := len(l0) - 1; i >= 0; i-- { // L0 is ordered oldest first
+		f := l0[i]
+		if !fileHoldsUserKey(f, key) {
+			continue
+		}
+		if val, kind, seq, ok, err := d.tableGet(f, key, snap, h); err != nil {
+			return nil, err
+		} else if ok {
+			return resolveGet(val, kind, seq, tombSeq)
+		}
+	}
+	for level := 1; level < version.NumLevels; level++ {
+		f := findFileForUserKey(v.Levels[level], key)
+		if f == nil {
+			continue
+		}
+		if val, kind, seq, ok, err := d.tableGet(f, key, snap, h); err != nil {
+			return nil, err
+		} else if ok {
+			return resolveGet(val, kind, seq, tombSeq)
+		}
+	}
+	return nil, ErrNotFound
+}
+
+func resolveGet(v []byte, kind base.Kind, seq, tombSeq base.SeqNum) ([]byte, error) {
+	if seq < tombSeq {
+		return nil, ErrNotFound
+	}
+	switch kind {
+	case base.KindSet:
+		return bytes.Clone(v), nil
+	case base.KindDelete:
+		return nil, ErrNotFound
+	}
+	return nil, base.CorruptionErrorf("entry of kind %s where a value was expected", kind)
+}
+
+// tableGet looks key up in one table.
+func (d *DB) tableGet(f *version.FileMetadata, key []byte, snap base.SeqNum, h uint64) ([]byte, base.Kind, base.SeqNum, bool, error) {
+	r, err := d.tables.get(f)
+	if err != nil {
+		return nil, 0, 0, false, err
+	}
+	d.tableFilter.checked.Add(1)
+	if !r.MayContain(h) {
+		d.tableFilter.useful.Add(1)
+		return nil, 0, 0, false, nil
+	}
+	v, kind, seq, ok, err := r.Get(key, snap, h)
+	if err != nil {
+		return nil, 0, 0, false, fmt.Errorf("lsm: table %s: %w", f.FileNum, err)
+	}
+	return v, kind, seq, ok, nil
+}
+
+// fileHoldsUserKey reports whether ukey lies within f's bounds. A largest
+// bound that is a range-deletion sentinel is exclusive.
+func fileHoldsUserKey(f *version.FileMetadata, ukey []byte) bool {
+	if bytes.Compare(ukey, base.UserKey(f.Smallest)) < 0 {
+		return false
+	}
+	c := bytes.Compare(ukey, base.UserKey(f.Largest))
+	return c < 0 || (c == 0 && !base.IsRangeDeleteSentinel(f.Largest))
+}
+
+// findFileForUserKey returns the file of a sorted, non-overlapping level
+// whose bounds hold ukey, or nil.
+func findFileForUserKey(files []*version.FileMetadata, ukey []byte) *version.FileMetadata {
+	// The first file whose largest user key is >= ukey.
+	lo, hi := 0, len(files)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if bytes.Compare(base.UserKey(files[m].Largest), ukey) < 0 {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(files) && fileHoldsUserKey(files[lo], ukey) {
+		return files[lo]
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+package lsm
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cairnkv/cairn/lsm/cache"
+	"github.com/cairnkv/cairn/lsm/version"
+)
+
+// LevelMetrics describe one level.
+type LevelMetrics struct {
+	NumFiles  int
+	SizeBytes int64
+	// Score is the level's compaction urgency: size / target (L0: files /
+	// L0CompactionThreshold); above 1 the level wants compaction.
+	Score float64
+	// TargetBytes is the level's dynamic target size (0 above the base
+	// level).
+	TargetBytes int64
+	// BytesRead and BytesWritten count compaction (and, for L0, flush)
+	// traffic at this level.
+	BytesRead, BytesWritten int64
+}
+
+// FilterMetrics count Bloom filter probes.
+type FilterMetrics struct {
+	// Checked is the number of probes; Useful the probes that answered
+	// "absent" and so saved a lookup.
+	Checked, Useful int64
+}
+
+// Metrics describe the DB's state and activity since Open.
+type Metrics struct {
+	Levels    [version.NumLevels]LevelMetrics
+	BaseLevel int
+
+	Flushes, Compactions   int64
+	FlushBytes             int64
+	CompactionBytesRead    int64
+	CompactionBytesWritten int64
+	// BytesIngested is the size of the batches written by users.
+	BytesIngested int64
+	// WriteAmplification is (WAL + flush + compaction bytes written) /
+	// bytes ingested.
+	WriteAmplification float64
+
+	WALBytes, WALSyncs int64
+	// CommitGroups and Writes give the group-commit batching factor.
+	CommitGroups, Writes int64
+
+	// Slowdowns counts writes delayed by L0SlowdownWritesThreshold;
+	// Stops counts waits for a flush or compaction.
+	Slowdowns, Stops           int64
+	SlowdownTime, StopDuration time.Duration
+
+	MemTables      int
+	MemTableBytes  int64
+	BlockCache     cache.Metrics
+	MemtableFilter FilterMetrics
+	TableFilter    FilterMetrics
+	BackgroundErr  error
+}
+
+// BlockCacheHitRate returns hits / (hits + misses), or 0.
+func (m *Metrics) BlockCacheHitRate() float64 {
+	if t := m.BlockCache.Hits + m.BlockCache.Misses; t > 0 {
+		return float64(m.BlockCache.Hits) / float64(t)
+	}
+	return 0
+}
+
+// Metrics returns the DB's current metrics.
+func (d *DB) Metrics() *Metrics {
+	m := &Metrics{}
+	d.mu.Lock()
+	v := d.mu.versions.Current()
+	base, targets := levelTargets(v, d.opts)
+	m.BaseLevel = base
+	for l := range v.Levels {
+		lm := &m.Levels[l]
+		lm.NumFiles = len(v.Levels[l])
+		lm.SizeBytes = levelSize(v, l)
+		lm.TargetBytes = targets[l]
+		if l == 0 {
+			lm.Score = float64(lm.NumFiles) / float64(d.opts.L0CompactionThreshold)
+		} else if targets[l] > 0 {
+			lm.Score = float64(lm.SizeBytes) / float64(targets[l])
+		}
+		lm.BytesRead = d.mu.stats.levelBytesRead[l]
+		lm.BytesWritten = d.mu.stats.levelBytesWritten[l]
+	}
+	s := &d.mu.stats
+	m.Flushes, m.Compactions = s.flushes, s.compactions
+	m.FlushBytes = s.flushBytes
+	m.CompactionBytesRead, m.CompactionBytesWritten = s.compactionBytesRead, s.compactionBytesWritten
+	m.BytesIngested = s.bytesIngested
+	if s.bytesIngested > 0 {
+		m.WriteAmplification = float64(s.walBytes+s.flushBytes+s.compactionBytesWritten) / float64(s.bytesIngested)
+	}
+	m.WALBytes, m.WALSyncs = s.walBytes, s.walSyncs
+	m.CommitGroups, m.Writes = s.groups, s.writes
+	m.Slowdowns, m.Stops = s.slowdowns, s.stops
+	m.SlowdownTime, m.StopDuration = s.slowdownTime, s.stopTime
+	m.BackgroundErr = d.mu.bgErr
+	mems := append([]*memTable{d.mu.mem}, d.mu.imm...)
+	d.mu.Unlock()
+
+	m.MemTables = len(mems)
+	for _, mt := range mems {
+		m.MemTableBytes += mt.approximateBytes()
+		m.MemtableFilter.Checked += mt.bloomChecked.Load()
+		m.MemtableFilter.Useful += mt.bloomUseful.Load()
+	}
+	m.MemtableFilter.Checked += d.retiredMemFilter.checked.Load()
+	m.MemtableFilter.Useful += d.retiredMemFilter.useful.Load()
+	m.TableFilter.Checked = d.tableFilter.checked.Load()
+	m.TableFilter.Useful = d.tableFilter.useful.Load()
+	m.BlockCache = d.cache.Metrics()
+	return m
+}
+
+// String renders the metrics as a table, one row per level.
+func (m *Metrics) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "level  files      size     score  target      read   written\n")
+	for l, lm := range m.Levels {
+		fmt.Fprintf(&b, "L%d  %8d  %8s  %8.2f  %8s  %8s  %8s\n", l, lm.NumFiles,
+			humanBytes(lm.SizeBytes), lm.Score, humanBytes(lm.TargetBytes),
+			humanBytes(lm.BytesRead), humanBytes(lm.BytesWritten))
+	}
+	fmt.Fprintf(&b, "base level L%d, write amp %.2f, flushes %d, compactions %d\n",
+		m.BaseLevel, m.WriteAmplification, m.Flushes, m.Compactions)
+	fmt.Fprintf(&b, "stalls: %d slowdowns (%s), %d stops (%s)\n", m.Slowdowns, m.SlowdownTime, m.Stops, m.StopDuration)
+	fmt.Fprintf(&b, "memtables %d (%s); block cache %s / %s, hit rate %.3f\n", m.MemTables,
+		humanBytes(m.MemTableBytes), humanBytes(m.BlockCache.Size), humanBytes(m.BlockCache.Capacity), m.BlockCacheHitRate())
+	fmt.Fprintf(&b, "filters: memtable %d/%d useful, table %d/%d useful\n",
+		m.MemtableFilter.Useful, m.MemtableFilter.Checked, m.TableFilter.Useful, m.TableFilter.Checked)
+	return b.String()
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1fG", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1fM", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1fK", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%dB", n)
+}

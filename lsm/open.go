@@ -1,0 +1,252 @@
+package lsm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+
+	"github.com/cairnkv/cairn/lsm/cache"
+	"github.com/cairnkv/cairn/lsm/internal/base"
+	"github.com/cairnkv/cairn/lsm/record"
+	"github.com/cairnkv/cairn/lsm/version"
+)
+
+// Open opens the DB in dirname, creating it if needed, and recovers it:
+// the manifest gives the tables, and the WALs not yet flushed are replayed
+// into a memtable that is written to L0 before Open returns (so that a WAL
+// is never replayed twice). Only one DB, in any process, may have a
+// directory open at a time.
+func Open(dirname string, opts *Options) (db *DB, err error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	fs := o.FS
+	if err := fs.MkdirAll(dirname, 0o755); err != nil {
+		return nil, fmt.Errorf("lsm: creating directory %s: %w", dirname, err)
+	}
+	lock, err := fs.Lock(base.MakeFilepath(dirname, base.FileTypeLock, 0))
+	if err != nil {
+		return nil, fmt.Errorf("lsm: directory %s is in use (another DB holds its lock): %w", dirname, err)
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
+
+	d := &DB{
+		dirname:  dirname,
+		opts:     o,
+		fs:       fs,
+		lock:     lock,
+		flushCh:  make(chan struct{}, 1),
+		compactC: make(chan struct{}, 1),
+		cleanCh:  make(chan struct{}, 1),
+		closeCh:  make(chan struct{}),
+	}
+	d.cache = o.Cache
+	if d.cache == nil {
+		d.cache = cache.New(o.CacheSizeBytes)
+	}
+	d.cacheID = d.cache.NewID()
+	d.tables = newTableCache(fs, dirname, d.cache, d.cacheID)
+	d.mu.bgCond.L = &d.mu.Mutex
+
+	_, statErr := fs.Stat(base.MakeFilepath(dirname, base.FileTypeCurrent, 0))
+	exists := statErr == nil
+	switch {
+	case statErr != nil && !errors.Is(statErr, os.ErrNotExist):
+		return nil, fmt.Errorf("lsm: %w", statErr)
+	case exists && o.ErrorIfExists:
+		return nil, fmt.Errorf("lsm: DB %s already exists", dirname)
+	case !exists && o.ErrorIfNotExists:
+		return nil, fmt.Errorf("lsm: DB %s does not exist", dirname)
+	}
+	vopts := version.Options{}
+	var vs *version.VersionSet
+	if exists {
+		vs, err = version.Load(fs, dirname, vopts)
+	} else {
+		vs, err = version.Create(fs, dirname, vopts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lsm: opening manifest: %w", err)
+	}
+	d.mu.versions = vs
+	defer func() {
+		if err != nil {
+			vs.Close()
+			d.tables.close()
+		}
+	}()
+
+	names, err := fs.List(dirname)
+	if err != nil {
+		return nil, err
+	}
+	var logs []base.FileNum
+	for _, name := range names {
+		ft, n, ok := base.ParseFilename(name)
+		if !ok {
+			continue
+		}
+		vs.MarkFileNumUsed(n)
+		if ft == base.FileTypeLog && n >= vs.LogNumber() {
+			logs = append(logs, n)
+		}
+	}
+	slices.Sort(logs)
+
+	// Replay the WALs into memtables, flushing each one that fills.
+	ve := &version.VersionEdit{}
+	maxSeq := vs.LastSeq()
+	mem := newMemTable(o.MemTableSizeBytes, o.MemtableBloomBitsPerKey, 0)
+	flushMem := func() error {
+		if mem.empty() {
+			return nil
+		}
+		meta, err := d.writeMemTable(mem, vs.NewFileNum())
+		if err != nil {
+			return fmt.Errorf("lsm: flushing recovered memtable: %w", err)
+		}
+		if meta != nil {
+			ve.NewFiles = append(ve.NewFiles, version.NewFile{Level: 0, Meta: meta})
+		}
+		mem = newMemTable(o.MemTableSizeBytes, o.MemtableBloomBitsPerKey, 0)
+		return nil
+	}
+	for _, n := range logs {
+		stop, err := d.replayWAL(n, &mem, &maxSeq, flushMem)
+		if err != nil {
+			return nil, err
+		}
+		if stop {
+			break // point-in-time recovery: nothing after the damage
+		}
+	}
+	if err := flushMem(); err != nil {
+		return nil, err
+	}
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	newLogNum := vs.NewFileNum()
+	ve.LogNumber = newLogNum
+	if maxSeq > vs.LastSeq() {
+		vs.SetLastSeq(maxSeq)
+	}
+	if err := vs.LogAndApply(&d.mu.Mutex, ve); err != nil {
+		return nil, fmt.Errorf("lsm: recording recovery in manifest: %w", err)
+	}
+	if !o.DisableWAL {
+		f, err := d.createWAL(newLogNum)
+		if err != nil {
+			return nil, fmt.Errorf("lsm: creating WAL: %w", err)
+		}
+		d.mu.log.num, d.mu.log.file, d.mu.log.w = newLogNum, f, record.NewWriter(f)
+		d.mu.liveLogs = append(d.mu.liveLogs, newLogNum)
+	}
+	d.mu.liveLogs = append(logs, d.mu.liveLogs...)
+	d.mu.mem = newMemTable(o.MemTableSizeBytes, o.MemtableBloomBitsPerKey, newLogNum)
+	d.visibleSeq.Store(uint64(vs.LastSeq() + 1))
+	d.updateReadStateLocked()
+
+	d.mu.Unlock()
+	d.deleteObsoleteFiles()
+	d.deleteOrphans(names)
+	d.mu.Lock()
+
+	d.bgWG.Add(1)
+	go d.cleanerLoop()
+	d.maybeScheduleCompactionLocked()
+	return d, nil
+}
+
+// replayWAL applies the batches of WAL n to *mem, calling flushMem when the
+// memtable is full. stop reports that point-in-time recovery met damage and
+// later WALs must be ignored.
+func (d *DB) replayWAL(n base.FileNum, mem **memTable, maxSeq *base.SeqNum, flushMem func() error) (stop bool, err error) {
+	name := base.MakeFilepath(d.dirname, base.FileTypeLog, n)
+	f, err := d.fs.Open(name)
+	if err != nil {
+		return false, fmt.Errorf("lsm: opening WAL %s: %w", n, err)
+	}
+	defer f.Close()
+	var ropts []record.ReaderOption
+	if d.opts.WALRecovery == WALRecoverPointInTime {
+		ropts = append(ropts, record.WithPointInTimeRecovery())
+	}
+	r := record.NewReader(f, ropts...)
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return false, fmt.Errorf("lsm: replaying WAL %s: %w", n, err)
+		}
+		br, err := newBatchReader(rec)
+		if err != nil {
+			if d.opts.WALRecovery == WALRecoverPointInTime {
+				d.opts.Logger.Printf("lsm: WAL %s: stopping recovery at a malformed batch: %v", n, err)
+				return true, nil
+			}
+			return false, fmt.Errorf("lsm: replaying WAL %s: %w", n, err)
+		}
+		if br.count == 0 {
+			continue
+		}
+		if !(*mem).fits(len(rec), int(br.count)) {
+			if err := flushMem(); err != nil {
+				return false, err
+			}
+			if !(*mem).fits(len(rec), int(br.count)) {
+				size := int64(len(rec)) + int64(br.count)*memTableArenaOverheadBytes + 1<<16
+				*mem = newMemTable(size, d.opts.MemtableBloomBitsPerKey, 0)
+			}
+		}
+		if err := (*mem).apply(br, br.seq); err != nil {
+			return false, fmt.Errorf("lsm: replaying WAL %s: %w", n, err)
+		}
+		*maxSeq = max(*maxSeq, br.seq+base.SeqNum(br.count)-1)
+	}
+	if r.TornTail() {
+		d.opts.Logger.Printf("lsm: WAL %s: dropped a torn tail at offset %d", n, r.TornOffset())
+		if d.opts.WALRecovery == WALRecoverPointInTime {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// deleteOrphans removes files a crash left behind: tables no version
+// references (outputs of an interrupted flush or compaction), temporary
+// files and old manifests.
+func (d *DB) deleteOrphans(names []string) {
+	d.mu.Lock()
+	live := d.mu.versions.LiveFiles()
+	manifest := d.mu.versions.ManifestFileNum()
+	d.mu.Unlock()
+	for _, name := range names {
+		ft, n, ok := base.ParseFilename(name)
+		if !ok {
+			continue
+		}
+		var obsolete bool
+		switch ft {
+		case base.FileTypeTable:
+			_, isLive := live[n]
+			obsolete = !isLive
+		case base.FileTypeTemp:
+			obsolete = true
+		case base.FileTypeManifest:
+			obsolete = n != manifest
+		}
+		if obsolete {
+			d.removeFile(ft, n)
+		}
+	}
+}

@@ -1,0 +1,246 @@
+package lsm
+
+import (
+	"fmt"
+	"io"
+	"log"
+
+	"github.com/cairnkv/cairn/lsm/cache"
+	"github.com/cairnkv/cairn/lsm/internal/base"
+	"github.com/cairnkv/cairn/lsm/sst"
+	"github.com/cairnkv/cairn/lsm/vfs"
+)
+
+// Limits on what a write may carry. A request past them fails with
+// ErrInvalidArgument and writes nothing.
+const (
+	MaxKeySize   = 64 << 10
+	MaxValueSize = 256 << 20
+)
+
+// WALRecoveryMode says what Open does when a WAL is damaged.
+type WALRecoveryMode int
+
+const (
+	// WALRecoverStrict (the default) replays every WAL completely. A torn
+	// tail (an incomplete last record, as a crash leaves it) is dropped;
+	// damage followed by valid records fails Open with a corruption error,
+	// because dropping it would lose acknowledged writes silently.
+	WALRecoverStrict WALRecoveryMode = iota
+	// WALRecoverPointInTime replays up to the first damage anywhere and
+	// drops everything after it, in that WAL and in every later one. An
+	// operator chooses it explicitly to recover a damaged DB to a
+	// consistent earlier point.
+	WALRecoverPointInTime
+)
+
+// Compression is the block compression of new SSTs.
+type Compression = sst.Compression
+
+// The block compressions.
+const (
+	NoCompression     = sst.NoCompression
+	SnappyCompression = sst.SnappyCompression
+	ZstdCompression   = sst.ZstdCompression
+)
+
+// Options configure a DB. The zero value of every field means its default.
+type Options struct {
+	// FS is the file system every file access goes through. Default:
+	// vfs.Default (the operating system's).
+	FS vfs.FS
+	// Cache is the block cache, which several DBs may share. Default: a
+	// new cache of CacheSizeBytes.
+	Cache *cache.Cache
+	// CacheSizeBytes sizes the block cache made when Cache is nil.
+	// Default 64 MiB.
+	CacheSizeBytes int64
+
+	// MemTableSizeBytes is the size at which the mutable memtable is
+	// switched out and queued for flushing. Default 16 MiB.
+	MemTableSizeBytes int64
+	// MemTableStopWritesThreshold is the number of memtables (mutable and
+	// queued) at which writes stop until a flush finishes. Default 3.
+	MemTableStopWritesThreshold int
+	// MemtableBloomBitsPerKey sizes the memtable Bloom filter, assuming
+	// an average entry of MemTableBloomAssumedEntryBytes. 0 means the
+	// default of 10; a negative value disables the filter.
+	MemtableBloomBitsPerKey float64
+
+	// L0CompactionThreshold is the number of L0 files that triggers a
+	// compaction into the base level. Default 4.
+	L0CompactionThreshold int
+	// L0SlowdownWritesThreshold is the number of L0 files at which each
+	// write is delayed by 1 ms. Default 12.
+	L0SlowdownWritesThreshold int
+	// L0StopWritesThreshold is the number of L0 files at which writes stop
+	// until compaction catches up. Default 20.
+	L0StopWritesThreshold int
+	// LBaseMaxBytes is the target size of the base level (the level L0
+	// compacts into). Level targets grow by LevelMultiplier below it and
+	// are derived from the size of the bottom level (dynamic level
+	// sizes). Default 64 MiB.
+	LBaseMaxBytes int64
+	// LevelMultiplier is the size ratio of adjacent levels. Default 10.
+	LevelMultiplier int
+	// TargetFileSizeBytes is the size at which compaction cuts output
+	// files. Default 4 MiB.
+	TargetFileSizeBytes int64
+
+	// BlockSizeBytes is the target uncompressed size of SST data blocks.
+	// Default 4 KiB.
+	BlockSizeBytes int
+	// BlockRestartInterval is the number of keys between restart points in
+	// a data block. Default 16.
+	BlockRestartInterval int
+	// Compression of new SSTs' blocks. Default Snappy.
+	Compression Compression
+	// FilterBitsPerKey sizes each SST's filter. 0 means the default of 10;
+	// a negative value builds no filters.
+	FilterBitsPerKey float64
+
+	// WALRecovery chooses how Open treats a damaged WAL.
+	WALRecovery WALRecoveryMode
+	// DisableWAL skips the WAL: writes not yet flushed are lost in a crash.
+	DisableWAL bool
+
+	// Logger receives background errors and events. Default: discard.
+	Logger *log.Logger
+
+	// ErrorIfExists makes Open fail when the directory already holds a DB.
+	ErrorIfExists bool
+	// ErrorIfNotExists makes Open fail when the directory holds no DB.
+	ErrorIfNotExists bool
+}
+
+// MemTableBloomAssumedEntryBytes is the average entry size used to turn
+// MemtableBloomBitsPerKey into a filter size for a memtable of
+// MemTableSizeBytes.
+const MemTableBloomAssumedEntryBytes = 64
+
+// withDefaults returns a copy of o with every zero field set to its
+// default, or an error naming the first invalid field.
+func (o *Options) withDefaults() (*Options, error) {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	if c.FS == nil {
+		c.FS = vfs.Default
+	}
+	if c.CacheSizeBytes == 0 {
+		c.CacheSizeBytes = 64 << 20
+	}
+	if c.MemTableSizeBytes == 0 {
+		c.MemTableSizeBytes = 16 << 20
+	}
+	if c.MemTableStopWritesThreshold == 0 {
+		c.MemTableStopWritesThreshold = 3
+	}
+	if c.MemtableBloomBitsPerKey == 0 {
+		c.MemtableBloomBitsPerKey = 10
+	}
+	if c.L0CompactionThreshold == 0 {
+		c.L0CompactionThreshold = 4
+	}
+	if c.L0SlowdownWritesThreshold == 0 {
+		c.L0SlowdownWritesThreshold = 12
+	}
+	if c.L0StopWritesThreshold == 0 {
+		c.L0StopWritesThreshold = 20
+	}
+	if c.LBaseMaxBytes == 0 {
+		c.LBaseMaxBytes = 64 << 20
+	}
+	if c.LevelMultiplier == 0 {
+		c.LevelMultiplier = 10
+	}
+	if c.TargetFileSizeBytes == 0 {
+		c.TargetFileSizeBytes = 4 << 20
+	}
+	if c.BlockSizeBytes == 0 {
+		c.BlockSizeBytes = 4 << 10
+	}
+	if c.BlockRestartInterval == 0 {
+		c.BlockRestartInterval = 16
+	}
+	if c.FilterBitsPerKey == 0 {
+		c.FilterBitsPerKey = 10
+	}
+	if c.Logger == nil {
+		c.Logger = log.New(io.Discard, "", 0)
+	}
+	bad := func(field string, v any) (*Options, error) {
+		return nil, base.InvalidArgumentf("option %s = %v", field, v)
+	}
+	switch {
+	case c.CacheSizeBytes < 0:
+		return bad("CacheSizeBytes", c.CacheSizeBytes)
+	case c.MemTableSizeBytes < 64<<10:
+		return bad("MemTableSizeBytes (minimum 64 KiB)", c.MemTableSizeBytes)
+	case c.MemTableSizeBytes > 4<<30:
+		return bad("MemTableSizeBytes (maximum 4 GiB)", c.MemTableSizeBytes)
+	case c.MemTableStopWritesThreshold < 2:
+		return bad("MemTableStopWritesThreshold (minimum 2)", c.MemTableStopWritesThreshold)
+	case c.L0CompactionThreshold < 1:
+		return bad("L0CompactionThreshold", c.L0CompactionThreshold)
+	case c.L0SlowdownWritesThreshold < c.L0CompactionThreshold:
+		return bad("L0SlowdownWritesThreshold (below L0CompactionThreshold)", c.L0SlowdownWritesThreshold)
+	case c.L0StopWritesThreshold < c.L0SlowdownWritesThreshold:
+		return bad("L0StopWritesThreshold (below L0SlowdownWritesThreshold)", c.L0StopWritesThreshold)
+	case c.LBaseMaxBytes < 1:
+		return bad("LBaseMaxBytes", c.LBaseMaxBytes)
+	case c.LevelMultiplier < 2:
+		return bad("LevelMultiplier (minimum 2)", c.LevelMultiplier)
+	case c.TargetFileSizeBytes < 1:
+		return bad("TargetFileSizeBytes", c.TargetFileSizeBytes)
+	case c.BlockSizeBytes < 64:
+		return bad("BlockSizeBytes (minimum 64)", c.BlockSizeBytes)
+	case c.BlockRestartInterval < 1:
+		return bad("BlockRestartInterval", c.BlockRestartInterval)
+	case c.Compression != NoCompression && c.Compression != SnappyCompression && c.Compression != ZstdCompression:
+		return bad("Compression", c.Compression)
+	case c.WALRecovery != WALRecoverStrict && c.WALRecovery != WALRecoverPointInTime:
+		return bad("WALRecovery", c.WALRecovery)
+	case c.ErrorIfExists && c.ErrorIfNotExists:
+		return nil, fmt.Errorf("%w: ErrorIfExists and ErrorIfNotExists are both set", base.ErrInvalidArgument)
+	}
+	return &c, nil
+}
+
+func (o *Options) sstWriterOptions() sst.WriterOptions {
+	bits := o.FilterBitsPerKey
+	if bits < 0 {
+		bits = 0
+	}
+	return sst.WriterOptions{
+		BlockSize:            o.BlockSizeBytes,
+		BlockRestartInterval: o.BlockRestartInterval,
+		Compression:          o.Compression,
+		FilterBitsPerKey:     bits,
+	}
+}
+
+// WriteOptions control one write.
+type WriteOptions struct {
+	// Sync makes the write durable (the WAL is fsynced) before it is
+	// acknowledged. Concurrent writers share one write and one fsync.
+	Sync bool
+}
+
+// Sync and NoSync are the two common WriteOptions.
+var (
+	Sync   = &WriteOptions{Sync: true}
+	NoSync = &WriteOptions{Sync: false}
+)
+
+// IterOptions bound an iterator and choose its snapshot.
+type IterOptions struct {
+	// LowerBound is inclusive; nil means unbounded.
+	LowerBound []byte
+	// UpperBound is exclusive; nil means unbounded.
+	UpperBound []byte
+	// Snapshot reads the DB as of a snapshot; nil reads the latest state
+	// as of the iterator's creation.
+	Snapshot *Snapshot
+}
