@@ -1,0 +1,160 @@
+package lsm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/cairnkv/cairn/lsm/vfs"
+)
+
+// Engine benchmarks in the spirit of db_bench: fillrandom, readrandom (keys
+// present), readmissing (keys absent), on the real file system in a temp
+// directory. 16-byte keys, 100-byte values.
+
+const benchKeys = 200_000
+
+func benchKey(buf []byte, i uint64) []byte {
+	buf = append(buf[:0], "key-"...)
+	return binary.BigEndian.AppendUint64(buf, i*2654435761%(1<<40))
+}
+
+func benchDB(b *testing.B) *DB {
+	b.Helper()
+	d, err := Open(b.TempDir(), &Options{FS: vfs.Default})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	return d
+}
+
+func fillDB(b *testing.B, d *DB, n int) {
+	b.Helper()
+	value := make([]byte, 100)
+	var key []byte
+	batch := NewBatch()
+	for i := 0; i < n; i++ {
+		key = benchKey(key, uint64(i))
+		batch.Set(key, value)
+		if batch.Count() == 1000 {
+			if err := d.Write(batch, NoSync); err != nil {
+				b.Fatal(err)
+			}
+			batch.Reset()
+		}
+	}
+	if err := d.Write(batch, NoSync); err != nil {
+		b.Fatal(err)
+	}
+	if err := d.Flush(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkFillRandom(b *testing.B) {
+	d := benchDB(b)
+	value := make([]byte, 100)
+	rng := rand.New(rand.NewPCG(1, 1))
+	var key []byte
+	b.SetBytes(int64(len(value) + 12))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		key = benchKey(key, rng.Uint64N(1<<32))
+		if err := d.Put(key, value, NoSync); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkFillRandomParallel(b *testing.B) {
+	d := benchDB(b)
+	b.SetBytes(112)
+	b.RunParallel(func(pb *testing.PB) {
+		value := make([]byte, 100)
+		rng := rand.New(rand.NewPCG(rand.Uint64(), 1))
+		var key []byte
+		for pb.Next() {
+			key = benchKey(key, rng.Uint64N(1<<32))
+			if err := d.Put(key, value, NoSync); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkReadRandom(b *testing.B) {
+	for _, where := range []string{"memtable", "tables"} {
+		b.Run(where, func(b *testing.B) {
+			d := benchDB(b)
+			n := benchKeys
+			if where == "memtable" {
+				n = 50_000 // fits in one 16 MiB memtable
+				value := make([]byte, 100)
+				var key []byte
+				for i := 0; i < n; i++ {
+					key = benchKey(key, uint64(i))
+					d.Put(key, value, NoSync)
+				}
+			} else {
+				fillDB(b, d, n)
+				if err := d.Compact(nil, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			rng := rand.New(rand.NewPCG(2, 2))
+			var key []byte
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				key = benchKey(key, rng.Uint64N(uint64(n)))
+				if _, err := d.Get(key); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkReadMissing(b *testing.B) {
+	d := benchDB(b)
+	fillDB(b, d, benchKeys)
+	if err := d.Compact(nil, nil); err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 3))
+	var key []byte
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		key = benchKey(key, benchKeys+rng.Uint64N(1<<30))
+		if _, err := d.Get(key); err != ErrNotFound {
+			b.Fatal(fmt.Sprint("want ErrNotFound, got ", err))
+		}
+	}
+	b.StopTimer()
+	m := d.Metrics()
+	if m.TableFilter.Checked > 0 {
+		b.ReportMetric(float64(m.TableFilter.Useful)/float64(m.TableFilter.Checked), "filter-useful-ratio")
+	}
+}
+
+func BenchmarkIterate(b *testing.B) {
+	d := benchDB(b)
+	fillDB(b, d, benchKeys)
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	for i := 0; i < b.N; i++ {
+		it, err := d.NewIter(nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for ok := it.First(); ok && n < 1000; ok = it.Next() {
+			n++
+		}
+		it.Close()
+		n = 0
+	}
+}
