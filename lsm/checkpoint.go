@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/record"
@@ -56,7 +57,7 @@ func (d *DB) Checkpoint(destDir string) (err error) {
 	for level, files := range v.Levels {
 		for _, f := range files {
 			name := base.MakeFilename(base.FileTypeTable, f.FileNum)
-			if err := d.linkOrCopy(d.dirname+"/"+name, destDir+"/"+name); err != nil {
+			if err := d.linkOrCopy(filepath.Join(d.dirname, name), filepath.Join(destDir, name)); err != nil {
 				return fmt.Errorf("lsm: checkpoint of table %s: %w", f.FileNum, err)
 			}
 			ve.AddFile(level, f)
@@ -77,15 +78,10 @@ func (d *DB) Checkpoint(destDir string) (err error) {
 	}); err != nil {
 		return fmt.Errorf("lsm: checkpoint CURRENT: %w", err)
 	}
-	dir, err := d.fs.OpenDir(destDir)
-	if err != nil {
+	if err := syncDirOf(d.fs, destDir); err != nil {
 		return err
 	}
-	err = dir.Sync()
-	if cerr := dir.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return syncDirOf(d.fs, filepath.Dir(destDir))
 }
 
 // linkOrCopy hard-links src to dst, or copies it (synced) if the file

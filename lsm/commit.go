@@ -297,14 +297,4 @@ func (d *DB) createWAL(n base.FileNum) (vfsFile, error) {
 }
 
 // syncDir makes the directory's entries durable.
-func (d *DB) syncDir() error {
-	dir, err := d.fs.OpenDir(d.dirname)
-	if err != nil {
-		return err
-	}
-	err = dir.Sync()
-	if cerr := dir.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+func (d *DB) syncDir() error { return syncDirOf(d.fs, d.dirname) }

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/cairnkv/cairn/lsm/cache"
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/record"
 	"github.com/cairnkv/cairn/lsm/version"
+	"github.com/cairnkv/cairn/lsm/vfs"
 )
 
 // Open opens the DB in dirname, creating it if needed, and recovers it:
@@ -26,6 +28,10 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 	fs := o.FS
 	if err := fs.MkdirAll(dirname, 0o755); err != nil {
 		return nil, fmt.Errorf("lsm: creating directory %s: %w", dirname, err)
+	}
+	// The directory's own entry must be durable before anything in it is.
+	if err := syncDirOf(fs, filepath.Dir(dirname)); err != nil {
+		return nil, fmt.Errorf("lsm: syncing the parent of %s: %w", dirname, err)
 	}
 	lock, err := fs.Lock(base.MakeFilepath(dirname, base.FileTypeLock, 0))
 	if err != nil {
@@ -249,4 +255,17 @@ func (d *DB) deleteOrphans(names []string) {
 			d.removeFile(ft, n)
 		}
 	}
+}
+
+// syncDirOf makes the entries of directory dir durable.
+func syncDirOf(fs vfs.FS, dir string) error {
+	f, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package vfs
+
+import "testing"
+
+func checkFlockConflict(*testing.T, string) {}
