@@ -40,7 +40,7 @@ func (d *DB) Checkpoint(destDir string) (err error) {
 	d.mu.Unlock()
 	defer v.Unref()
 
-	if err := d.fs.MkdirAll(destDir, 0o755); err != nil {
+	if err := mkdirAllDurable(d.fs, destDir); err != nil {
 		return fmt.Errorf("lsm: checkpoint: %w", err)
 	}
 	defer func() {
@@ -78,10 +78,7 @@ func (d *DB) Checkpoint(destDir string) (err error) {
 	}); err != nil {
 		return fmt.Errorf("lsm: checkpoint CURRENT: %w", err)
 	}
-	if err := syncDirOf(d.fs, destDir); err != nil {
-		return err
-	}
-	return syncDirOf(d.fs, filepath.Dir(destDir))
+	return syncDirOf(d.fs, destDir)
 }
 
 // linkOrCopy hard-links src to dst, or copies it (synced) if the file

@@ -239,6 +239,9 @@ func (d *DB) stallLocked() {
 // REQUIRES: d.mu held; the caller is the commit leader (or Flush holding
 // commit leadership).
 func (d *DB) switchMemTableLocked(n, count int) error {
+	if d.mu.bgErr != nil {
+		return d.mu.bgErr
+	}
 	newLogNum := d.mu.versions.NewFileNum()
 	oldLog := d.mu.log
 	d.mu.Unlock()
@@ -259,6 +262,13 @@ func (d *DB) switchMemTableLocked(n, count int) error {
 	}
 	d.mu.Lock()
 	if err != nil {
+		if oldLog.w != nil {
+			// The old WAL was closed above, whatever the outcome.
+			d.mu.log.w, d.mu.log.file = nil, nil
+		}
+		if newFile != nil {
+			newFile.Close()
+		}
 		err = fmt.Errorf("lsm: switching WAL: %w", err)
 		d.setBackgroundErrorLocked(err)
 		return err

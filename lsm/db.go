@@ -160,7 +160,9 @@ func (d *DB) Close() error {
 	d.bgWG.Wait()
 
 	d.mu.Lock()
-	var errs []error
+	// A background error (a failed flush or compaction) is reported here
+	// too, so that it reaches the caller even if no write follows it.
+	errs := []error{d.mu.bgErr}
 	if d.mu.log.w != nil {
 		errs = append(errs, d.mu.log.w.Flush(), d.mu.log.file.Sync(), d.mu.log.file.Close())
 		d.mu.log.w = nil

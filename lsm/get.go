@@ -124,11 +124,14 @@ func fileHoldsUserKey(f *version.FileMetadata, ukey []byte) bool {
 // findFileForUserKey returns the file of a sorted, non-overlapping level
 // whose bounds hold ukey, or nil.
 func findFileForUserKey(files []*version.FileMetadata, ukey []byte) *version.FileMetadata {
-	// The first file whose largest user key is >= ukey.
+	// The first file whose upper bound is past ukey: largest user key >
+	// ukey, or == ukey and inclusive (not a range-deletion sentinel).
 	lo, hi := 0, len(files)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if bytes.Compare(base.UserKey(files[m].Largest), ukey) < 0 {
+		largest := files[m].Largest
+		c := bytes.Compare(base.UserKey(largest), ukey)
+		if c < 0 || (c == 0 && base.IsRangeDeleteSentinel(largest)) {
 			lo = m + 1
 		} else {
 			hi = m

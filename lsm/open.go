@@ -26,12 +26,8 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 		return nil, err
 	}
 	fs := o.FS
-	if err := fs.MkdirAll(dirname, 0o755); err != nil {
+	if err := mkdirAllDurable(fs, dirname); err != nil {
 		return nil, fmt.Errorf("lsm: creating directory %s: %w", dirname, err)
-	}
-	// The directory's own entry must be durable before anything in it is.
-	if err := syncDirOf(fs, filepath.Dir(dirname)); err != nil {
-		return nil, fmt.Errorf("lsm: syncing the parent of %s: %w", dirname, err)
 	}
 	lock, err := fs.Lock(base.MakeFilepath(dirname, base.FileTypeLock, 0))
 	if err != nil {
@@ -268,4 +264,32 @@ func syncDirOf(fs vfs.FS, dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// mkdirAllDurable creates dir and any missing parents, and syncs the parent
+// of every directory it created, so that the new directories survive a
+// crash: a directory's entry is durable only once its parent is synced.
+func mkdirAllDurable(fs vfs.FS, dir string) error {
+	var created []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := fs.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// Sync parents from the outermost new directory inwards.
+	for i := len(created) - 1; i >= 0; i-- {
+		if err := syncDirOf(fs, filepath.Dir(created[i])); err != nil {
+			return err
+		}
+	}
+	return nil
 }

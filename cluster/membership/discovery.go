@@ -1,0 +1,388 @@
+package membership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// ErrShutdown is returned by methods called after Shutdown.
+var ErrShutdown = errors.New("membership: discovery is shut down")
+
+// Profile selects memberlist's timings.
+type Profile int
+
+const (
+	// ProfileLAN is memberlist.DefaultLANConfig: for real networks.
+	ProfileLAN Profile = iota
+	// ProfileLocal is memberlist.DefaultLocalConfig: faster probes and
+	// shorter timeouts, for loopback clusters and tests.
+	ProfileLocal
+)
+
+// DefaultTombstoneRetention is how long Discovery remembers dead and left
+// members when Config.TombstoneRetention is zero (serf's reconnect timeout).
+const DefaultTombstoneRetention = 72 * time.Hour
+
+// Config configures a Discovery.
+type Config struct {
+	// Meta is what this node gossips; Meta.ID is its memberlist node name.
+	Meta Meta
+	// BindAddr is the gossip listen IP; default "0.0.0.0".
+	BindAddr string
+	// BindPort is the gossip listen port (TCP and UDP). Zero picks a free
+	// port; LocalAddr reports it.
+	BindPort int
+	// AdvertiseAddr and AdvertisePort are what peers dial; by default the
+	// bind address (or a private IP when binding to all interfaces) and the
+	// bind port.
+	AdvertiseAddr string
+	AdvertisePort int
+	// Profile selects memberlist's timings; default ProfileLAN.
+	Profile Profile
+	// SecretKey, if set (16, 24 or 32 bytes), encrypts and authenticates
+	// gossip. Every member needs the same key.
+	SecretKey []byte
+	// Label, if set, is attached to every gossip packet; members with a
+	// different label ignore them, so two clusters on one network never merge.
+	Label string
+	// TombstoneRetention is how long a dead or left member stays in Members
+	// after its state change; default DefaultTombstoneRetention. It should
+	// exceed Policy.FailedGracePeriod, or a failed member that is forgotten
+	// becomes "unknown" and its grace period starts again.
+	TombstoneRetention time.Duration
+	// Logger receives memberlist's log lines at matching levels; nil
+	// discards them.
+	Logger *slog.Logger
+	// Now is the clock for Member.StateChangedAt; default time.Now.
+	Now func() time.Time
+	// Tune, if set, is called last on the memberlist configuration (tests
+	// shorten timings with it). It must not replace Name, Delegate or Events.
+	Tune func(*memberlist.Config)
+}
+
+// Discovery gossips this node's Meta with memberlist and tracks every member's
+// state, telling a graceful leave (StateLeft) from a failure (StateDead).
+//
+// memberlist cannot tell them apart for us: the *memberlist.Node it passes to
+// NotifyLeave always carries State == StateAlive, because memberlist keeps the
+// real state in a field of its private nodeState that shadows Node.State
+// (hashicorp/memberlist#293, fix proposed in #321). So Leave first gossips the
+// intent in the node's metadata (flag "leaving", doc.go) and waits for that
+// broadcast, then leaves; peers classify a NotifyLeave as StateLeft when the
+// last metadata they saw carried the flag (or when a memberlist with #321
+// reports StateLeft), and as StateDead otherwise. A leave whose intent was
+// lost is seen as a failure: the safe direction, it waits for the grace
+// period.
+//
+// Lock order: memberlist's internal locks, then d.mu. memberlist calls the
+// event delegate with its node lock held, so nothing may call into memberlist
+// while holding d.mu. d.lifeMu is taken before memberlist's locks.
+type Discovery struct {
+	id        string
+	now       func() time.Time
+	logger    *slog.Logger
+	retention time.Duration
+	ml        *memberlist.Memberlist // set once by New
+
+	// changes has capacity one; a pending value means "membership changed
+	// since you last looked". Never closed: memberlist may deliver a late
+	// event after Shutdown.
+	changes chan struct{}
+
+	// meta is this node's Meta; localMeta its current encoding, read by
+	// memberlist through NodeMeta.
+	meta      Meta
+	localMeta atomic.Pointer[[]byte]
+
+	isShutdown atomic.Bool
+
+	// lifeMu serializes Leave and Shutdown: memberlist panics on a Leave
+	// after Shutdown.
+	lifeMu sync.Mutex
+	left   bool // REQUIRES: lifeMu held
+
+	mu struct {
+		sync.Mutex
+		// members holds one entry per memberlist node name ever seen, minus
+		// tombstones older than the retention.
+		members map[string]*entry
+	}
+}
+
+// entry is the tracked state of one memberlist node.
+type entry struct {
+	member Member
+	// metaErr is why the node's metadata could not be decoded; such a node
+	// (a foreign process on the gossip port, or a newer format) is left out
+	// of Members.
+	metaErr error
+}
+
+// New starts gossiping on the configured address. The node is a cluster of
+// one until Join.
+func New(cfg Config) (*Discovery, error) {
+	if err := cfg.Meta.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Discovery{
+		id:        cfg.Meta.ID,
+		now:       cfg.Now,
+		logger:    cfg.Logger,
+		retention: cfg.TombstoneRetention,
+		changes:   make(chan struct{}, 1),
+		meta:      cfg.Meta,
+	}
+	if d.now == nil {
+		d.now = time.Now
+	}
+	if d.logger == nil {
+		d.logger = slog.New(slog.DiscardHandler)
+	}
+	if d.retention <= 0 {
+		d.retention = DefaultTombstoneRetention
+	}
+	d.mu.members = make(map[string]*entry)
+	buf := encodeMeta(cfg.Meta, false)
+	d.localMeta.Store(&buf)
+
+	var mc *memberlist.Config
+	switch cfg.Profile {
+	case ProfileLAN:
+		mc = memberlist.DefaultLANConfig()
+	case ProfileLocal:
+		mc = memberlist.DefaultLocalConfig()
+	default:
+		return nil, fmt.Errorf("membership: unknown profile %d", cfg.Profile)
+	}
+	mc.Name = cfg.Meta.ID
+	if cfg.BindAddr != "" {
+		mc.BindAddr = cfg.BindAddr
+	}
+	mc.BindPort = cfg.BindPort
+	mc.AdvertiseAddr = cfg.AdvertiseAddr
+	mc.AdvertisePort = cfg.AdvertisePort
+	if cfg.AdvertisePort == 0 {
+		mc.AdvertisePort = cfg.BindPort
+	}
+	mc.SecretKey = cfg.SecretKey
+	mc.Label = cfg.Label
+	mc.Delegate = (*delegate)(d)
+	mc.Events = (*eventDelegate)(d)
+	mc.Logger = log.New(logWriter{d.logger}, "", 0)
+	mc.LogOutput = nil
+	if cfg.Tune != nil {
+		cfg.Tune(mc)
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("membership: starting gossip on %s: %w",
+			net.JoinHostPort(mc.BindAddr, fmt.Sprint(cfg.BindPort)), err)
+	}
+	d.ml = ml
+	return d, nil
+}
+
+// Join contacts the seeds (host:port gossip addresses) once each and merges
+// their view of the cluster. It returns how many seeds answered; the error is
+// nil if at least one did. Retrying with backoff is the caller's job.
+func (d *Discovery) Join(seeds []string) (int, error) {
+	if d.isShutdown.Load() {
+		return 0, ErrShutdown
+	}
+	if len(seeds) == 0 {
+		return 0, errors.New("membership: join: no seeds")
+	}
+	n, err := d.ml.Join(seeds)
+	if err != nil {
+		return n, fmt.Errorf("membership: join %s: %w", strings.Join(seeds, ","), err)
+	}
+	return n, nil
+}
+
+// LocalAddr returns the gossip host:port peers reach this node at, for use
+// as another node's seed.
+func (d *Discovery) LocalAddr() string {
+	return d.ml.LocalNode().Address()
+}
+
+// ID returns this node's ID (Config.Meta.ID).
+func (d *Discovery) ID() string { return d.id }
+
+// Members returns every member this node knows of, itself included, dead and
+// left ones until their tombstone expires, sorted by ID.
+func (d *Discovery) Members() []Member {
+	now := d.now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]Member, 0, len(d.mu.members))
+	for name, e := range d.mu.members {
+		if e.member.State == StateDead || e.member.State == StateLeft {
+			if now.Sub(e.member.StateChangedAt) > d.retention {
+				delete(d.mu.members, name)
+				continue
+			}
+		}
+		if e.metaErr == nil {
+			out = append(out, e.member)
+		}
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Changes returns a channel that receives a value after the membership
+// changes (a join, a leave or failure, a metadata update). Notifications
+// coalesce: one value may stand for many changes, so read Members after
+// each. The channel is never closed.
+func (d *Discovery) Changes() <-chan struct{} { return d.changes }
+
+// Leave announces a graceful leave and then leaves the cluster, so peers see
+// this node as StateLeft rather than StateDead. It waits up to timeout for
+// each of the two broadcasts to go out (timeout <= 0 waits without bound).
+// The node keeps answering gossip until Shutdown; calling Leave again does
+// nothing.
+func (d *Discovery) Leave(timeout time.Duration) error {
+	d.lifeMu.Lock()
+	defer d.lifeMu.Unlock()
+	if d.isShutdown.Load() {
+		return ErrShutdown
+	}
+	if d.left {
+		return nil
+	}
+	d.left = true
+	buf := encodeMeta(d.meta, true)
+	d.localMeta.Store(&buf)
+	// Wait until the leaving flag is out before the dead message: a newer
+	// message about this node would invalidate it in memberlist's queue.
+	errIntent := d.ml.UpdateNode(timeout)
+	if errIntent != nil {
+		errIntent = fmt.Errorf("membership: announcing leave: %w", errIntent)
+	}
+	errLeave := d.ml.Leave(timeout)
+	if errLeave != nil {
+		errLeave = fmt.Errorf("membership: leave: %w", errLeave)
+	}
+	return errors.Join(errIntent, errLeave)
+}
+
+// Shutdown stops gossip without leaving: peers see this node fail. Call
+// Leave first for a graceful exit. Shutdown is idempotent.
+func (d *Discovery) Shutdown() error {
+	d.lifeMu.Lock()
+	defer d.lifeMu.Unlock()
+	if d.isShutdown.Swap(true) {
+		return nil
+	}
+	if err := d.ml.Shutdown(); err != nil {
+		return fmt.Errorf("membership: shutdown: %w", err)
+	}
+	return nil
+}
+
+func (d *Discovery) notify() {
+	select {
+	case d.changes <- struct{}{}:
+	default:
+	}
+}
+
+// observe records an event about node n. Called by memberlist with its node
+// lock held: it must not call into memberlist.
+func (d *Discovery) observe(n *memberlist.Node, state State) {
+	now := d.now()
+	m, leaving, err := decodeMeta(n.Meta)
+	if err == nil && m.ID != n.Name {
+		err = fmt.Errorf("%w: ID %q differs from node name %q", ErrInvalidMeta, m.ID, n.Name)
+	}
+	d.mu.Lock()
+	e, ok := d.mu.members[n.Name]
+	if !ok {
+		e = &entry{}
+		d.mu.members[n.Name] = e
+	}
+	prevErr := e.metaErr
+	if err == nil {
+		e.member.Meta = m
+		e.member.Leaving = leaving
+	}
+	e.metaErr = err
+	if state == StateDead && (n.State == memberlist.StateLeft || e.member.Leaving) {
+		state = StateLeft
+	}
+	if !ok || e.member.State != state {
+		e.member.State = state
+		e.member.StateChangedAt = now
+	}
+	e.member.Addr = n.Address()
+	d.mu.Unlock()
+
+	if err != nil && (prevErr == nil || prevErr.Error() != err.Error()) {
+		d.logger.Warn("membership: ignoring member with unusable metadata", "node", n.Name, "addr", n.Address(), "err", err)
+	}
+	d.notify()
+}
+
+// delegate implements memberlist.Delegate.
+type delegate Discovery
+
+func (g *delegate) NodeMeta(limit int) []byte {
+	buf := *(*Discovery)(g).localMeta.Load()
+	if len(buf) > limit {
+		// Unreachable: New validated the size against MetaMaxSize, which
+		// is the limit memberlist passes.
+		panic(fmt.Sprintf("membership: encoded meta of %d bytes exceeds memberlist limit %d", len(buf), limit))
+	}
+	return buf
+}
+func (g *delegate) NotifyMsg([]byte)                           {}
+func (g *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (g *delegate) LocalState(join bool) []byte                { return nil }
+func (g *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// eventDelegate implements memberlist.EventDelegate. memberlist reuses the
+// *Node it passes, so observe copies what it keeps.
+type eventDelegate Discovery
+
+func (g *eventDelegate) NotifyJoin(n *memberlist.Node) { (*Discovery)(g).observe(n, StateAlive) }
+func (g *eventDelegate) NotifyLeave(n *memberlist.Node) {
+	(*Discovery)(g).observe(n, StateDead) // observe turns it into StateLeft when due
+}
+func (g *eventDelegate) NotifyUpdate(n *memberlist.Node) { (*Discovery)(g).observe(n, StateAlive) }
+
+// logWriter routes memberlist's log lines ("[WARN] memberlist: ...") to slog
+// at the matching level.
+type logWriter struct{ l *slog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	level := slog.LevelInfo
+	for _, lv := range [...]struct {
+		prefix string
+		level  slog.Level
+	}{
+		{"[DEBUG]", slog.LevelDebug},
+		{"[INFO]", slog.LevelInfo},
+		{"[WARN]", slog.LevelWarn},
+		{"[ERR]", slog.LevelError},
+		{"[ERROR]", slog.LevelError},
+	} {
+		if rest, ok := strings.CutPrefix(msg, lv.prefix); ok {
+			level, msg = lv.level, strings.TrimSpace(rest)
+			break
+		}
+	}
+	w.l.Log(context.Background(), level, msg)
+	return len(p), nil
+}

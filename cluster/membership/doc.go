@@ -1,0 +1,90 @@
+// Package membership finds a cairn node's peers and decides how the raft
+// configuration should follow them.
+//
+// It has three parts, wired together by the node (package cluster):
+//
+//   - Discovery gossips this node's Meta (ID, raft and gRPC addresses) with
+//     hashicorp/memberlist and tracks every member's state: alive, dead
+//     (failed) or left (gracefully), with the time each state began.
+//   - Reconcile, a pure function, turns the gossip view, the raft
+//     configuration and the followers' progress into configuration changes
+//     (add a non-voter, promote, demote, remove, update an address). The
+//     leader runs it in a loop woken by Discovery.Changes and a ticker;
+//     Tracker carries the little history it needs from round to round.
+//   - Applier applies the changes to *raft.Raft as a chain of
+//     compare-and-set configuration changes.
+//
+// # Node metadata on the wire
+//
+// memberlist gossips at most MetaMaxSize (512) bytes of metadata per node;
+// New refuses a Meta whose encoding is larger. Format version 1:
+//
+//	+---------+-------+----------------------+----------------------+----------------------+---------------+-----------
+//	| version | flags | uvarint len | ID     | uvarint len | raft   | uvarint len | gRPC   | varint        | extension
+//	| = 0x01  |       |             | bytes  |             | addr   |             | addr   | Version       | (ignored)
+//	+---------+-------+----------------------+----------------------+----------------------+---------------+-----------
+//	  1 byte    1 byte
+//
+//	flags: bit 0  leaving: the node announced a graceful leave (set by Leave)
+//	       bit 1  non-voter: Meta.NonVoter
+//	       bits 2-7 reserved: written as 0, ignored when read
+//
+// Lengths are unsigned LEB128 varints, Version a zig-zag varint
+// (encoding/binary). A reader rejects another version byte, a length running
+// past the end, or a Meta that fails Validate (empty ID, a raft address that
+// is not host:port, ...); it ignores bytes after Version, which is where a
+// later revision adds fields without a new version byte. A member whose
+// metadata is rejected is logged and left out of Members.
+//
+// # Left or failed
+//
+// memberlist raises NotifyLeave both when a node leaves and when it is
+// declared dead, and in memberlist v0.6.0 the *Node it passes always has
+// State == StateAlive (the real state is in a private field that shadows
+// it; hashicorp/memberlist#293). Discovery.Leave therefore first gossips the
+// leaving flag above and waits for that broadcast to finish, then calls
+// memberlist's Leave; a peer that saw the flag records the NotifyLeave as
+// StateLeft, any other as StateDead. Losing the flag errs on the safe side:
+// the leaver is treated as failed and removed after the grace period.
+//
+// memberlist raises no event for a suspect node and exports no node state,
+// so Discovery never reports StateSuspect.
+//
+// # Reconcile policy
+//
+// Reconcile's doc comment lists the rules. The reasoning behind the less
+// obvious ones:
+//
+//   - Voters stay odd where possible. An even number of voters tolerates no
+//     more failures than the odd number below it and needs a larger quorum,
+//     so a single ready non-voter is not promoted onto an odd voter set; it
+//     waits until a second one is ready and both are promoted. A settled
+//     even set of four or more demotes its least caught-up voter. Two voters
+//     are not demoted to one: that would halve the copies a commit waits for.
+//     A two-node cluster therefore keeps one voter and one non-voter.
+//   - Voters that are gone (left, failed past the grace period) do not count
+//     towards parity or the cap, so a failed voter that MinQuorum keeps in
+//     the configuration is replaced: a ready non-voter is promoted, and the
+//     next round removes the failed voter.
+//   - A round either changes suffrage in one direction or not at all:
+//     demoting rounds do not promote, promoting rounds do not demote.
+//     Removals and promotions are judged on the configuration at the start
+//     of the round (no credit for this round's promotions).
+//   - A failed server is not removed while raft still reaches it (Progress
+//     Healthy with a fresh contact): gossip and raft use different ports and
+//     protocols, and a UDP-only fault must not shrink the configuration.
+//   - At most (V-1)/2 of V voters are removed per round, as raft-autopilot
+//     does: a leader that can still commit has lost no more than that, so
+//     a larger removal means the failure view is wrong.
+//   - Raft refuses two servers with one address, so a server whose address a
+//     new alive member now uses is removed first (without the grace period:
+//     two processes cannot listen on one address) and the member added in
+//     the same round, after it.
+//
+// Why not hashicorp/raft-autopilot (v0.3.0, compatible with raft v1.7.3)? Its
+// decisions are interleaved with raft calls and goroutines, its stable
+// promoter reads time.Now, and it has no grace period for failed servers or
+// notion of missing ones; testing it needs sleeps or mocks of its internals.
+// The rules above borrow its semantics (stabilization time, min quorum,
+// removal cap) in a pure function instead.
+package membership

@@ -1,0 +1,526 @@
+package membership
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// ActionKind is a kind of raft configuration change. The constants are in
+// the order a round's actions must be applied: shrink first, then change
+// suffrage, then grow.
+type ActionKind uint8
+
+const (
+	// RemoveServer removes the server from the configuration.
+	RemoveServer ActionKind = iota + 1
+	// UpdateAddress gives a configured server a new raft address, keeping
+	// its suffrage.
+	UpdateAddress
+	// DemoteVoter makes a voter a non-voter.
+	DemoteVoter
+	// PromoteVoter makes a non-voter a voter.
+	PromoteVoter
+	// AddNonvoter adds a new server as a non-voter.
+	AddNonvoter
+)
+
+func (k ActionKind) String() string {
+	switch k {
+	case RemoveServer:
+		return "remove-server"
+	case UpdateAddress:
+		return "update-address"
+	case DemoteVoter:
+		return "demote-voter"
+	case PromoteVoter:
+		return "promote-voter"
+	case AddNonvoter:
+		return "add-nonvoter"
+	default:
+		return fmt.Sprintf("action(%d)", uint8(k))
+	}
+}
+
+// Action is one configuration change Reconcile asks for.
+type Action struct {
+	Kind ActionKind
+	ID   raft.ServerID
+	// Addr is the server's raft address: the one to add or switch to for
+	// AddNonvoter, UpdateAddress and PromoteVoter, the configured one
+	// otherwise.
+	Addr   raft.ServerAddress
+	Reason string
+}
+
+func (a Action) String() string {
+	return fmt.Sprintf("%s %s %s: %s", a.Kind, a.ID, a.Addr, a.Reason)
+}
+
+// ServerProgress is the leader's view of one server's raft progress.
+type ServerProgress struct {
+	// LastIndex is the last log index the server has.
+	LastIndex uint64
+	// LastContact is when the leader last heard from the server.
+	LastContact time.Time
+	// Healthy is the caller's verdict on the server's raft health (it
+	// answers, on the leader's term).
+	Healthy bool
+	// StableSince is when the server last became ready (Healthy, caught up
+	// and in recent contact, see Policy) and has stayed so; zero if it is
+	// not ready. Tracker.Prepare fills it in.
+	StableSince time.Time
+}
+
+// Policy holds the tunables of Reconcile.
+type Policy struct {
+	// FailedGracePeriod is how long a failed server (memberlist says dead,
+	// or it has no memberlist entry at all) may stay in the configuration
+	// before it is removed.
+	FailedGracePeriod time.Duration
+	// MinQuorum is the number of voters Reconcile never takes the
+	// configuration below by removing or demoting (if it is already below,
+	// Reconcile never lowers it further).
+	MinQuorum int
+	// CatchUpThreshold is the largest lag behind the leader's last index
+	// at which a server counts as caught up.
+	CatchUpThreshold uint64
+	// StabilizationTime is how long a non-voter must have been ready before
+	// it is promoted.
+	StabilizationTime time.Duration
+	// MaxVoters caps the number of voters; an even cap is rounded down to
+	// the odd number below it. Zero means no cap.
+	MaxVoters int
+	// MaxLastContact is the oldest leader contact a ready server may have;
+	// zero disables the check.
+	MaxLastContact time.Duration
+}
+
+// DefaultPolicy returns the policy a node uses unless configured otherwise.
+func DefaultPolicy() Policy {
+	return Policy{
+		FailedGracePeriod: time.Minute,
+		MinQuorum:         3,
+		CatchUpThreshold:  1024,
+		StabilizationTime: 10 * time.Second,
+		MaxVoters:         5,
+		MaxLastContact:    5 * time.Second,
+	}
+}
+
+// maxVotersOdd is the effective voter cap: MaxVoters rounded down to odd, or
+// -1 for no cap.
+func (p Policy) maxVotersOdd() int {
+	switch {
+	case p.MaxVoters <= 0:
+		return -1
+	case p.MaxVoters%2 == 0:
+		return p.MaxVoters - 1
+	default:
+		return p.MaxVoters
+	}
+}
+
+// contactFresh reports whether a contact at t is recent enough at now.
+func (p Policy) contactFresh(now, t time.Time) bool {
+	return p.MaxLastContact <= 0 || now.Sub(t) <= p.MaxLastContact
+}
+
+// reachable reports whether raft itself says the server is up: healthy and
+// in recent contact, regardless of its lag.
+func (p Policy) reachable(now time.Time, pr ServerProgress) bool {
+	return pr.Healthy && p.contactFresh(now, pr.LastContact)
+}
+
+// ready reports whether the server is healthy, caught up and in recent
+// contact right now.
+func (p Policy) ready(now time.Time, pr ServerProgress, leaderLastIndex uint64) bool {
+	return p.reachable(now, pr) && pr.LastIndex+p.CatchUpThreshold >= leaderLastIndex
+}
+
+// Input is everything Reconcile decides from. Reconcile keeps no state: the
+// two pieces of history it needs (since when a server has been missing from
+// gossip, since when it has been ready) come in MissingSince and
+// Progress[*].StableSince; Tracker maintains them.
+type Input struct {
+	Now time.Time
+	// Self is the leader running the reconcile. It is never removed or
+	// demoted: a leader that leaves does so on its shutdown path.
+	Self raft.ServerID
+	// Members is the gossip view, one entry per ID (if an ID repeats, the
+	// entry with the latest StateChangedAt wins).
+	Members []Member
+	// Config is the latest raft configuration.
+	Config raft.Configuration
+	// Progress is the raft progress of configured servers; a server without
+	// an entry is unhealthy.
+	Progress map[raft.ServerID]ServerProgress
+	// LeaderLastIndex is the leader's last log index.
+	LeaderLastIndex uint64
+	// MissingSince holds, for configured servers with no member entry, when
+	// the caller first saw them missing. A missing server without an entry
+	// counts as missing since Now.
+	MissingSince map[raft.ServerID]time.Time
+	Policy       Policy
+}
+
+// serverView is Reconcile's working state for one configured server.
+type serverView struct {
+	raft.Server
+	member    Member
+	hasMember bool
+	progress  ServerProgress
+	// gone: the server will not serve again (left, failed past the grace
+	// period, or its address was taken over) and is to be removed.
+	gone bool
+	// goneRank orders removals when not all are allowed: left before taken
+	// over before failed.
+	goneRank int
+	since    time.Time // for failed servers: start of the failure
+	why      string
+	removed  bool
+	// touched: the round already has an action on this server (at most one
+	// per server per round).
+	touched bool
+}
+
+func (s *serverView) voter() bool { return s.Suffrage == raft.Voter }
+
+// aliveMember reports whether s has a member that is alive and not leaving.
+func (s *serverView) aliveMember() bool {
+	return s.hasMember && s.member.State == StateAlive && !s.member.Leaving
+}
+
+// Reconcile returns the configuration changes that bring the raft
+// configuration in line with the gossip view, sorted by (Kind, ID), which is
+// also the order to apply them. It is a pure function of its input. The
+// policy, rule by rule (doc.go has the reasoning):
+//
+//  1. A configured server (never Self) is gone if its member left
+//     gracefully; or if it failed (memberlist says dead since
+//     StateChangedAt, or it has no member since MissingSince) at least
+//     FailedGracePeriod ago and raft does not still reach it (Progress
+//     Healthy with a fresh LastContact); or if an alive member not yet
+//     using that address has taken over its raft address and it is neither
+//     alive in gossip nor reachable by raft.
+//  2. Gone non-voters are removed. Gone voters are removed (left first, then
+//     taken over, then longest failed, then by ID) while the voter count
+//     stays at or above MinQuorum, and at most (V-1)/2 of the V voters per
+//     round: a leader that can commit has lost no more than that.
+//  3. An alive member that is not leaving, not Self, and whose raft address
+//     is free (or freed in this round) is added as a non-voter if not
+//     configured, or gets an UpdateAddress if configured elsewhere.
+//  4. Voters whose member asks to be a non-voter (Meta.NonVoter) are demoted,
+//     floor permitting. A round that demotes does not promote.
+//  5. Otherwise non-voters whose member is alive, not leaving and not
+//     NonVoter, and that have been ready for StabilizationTime, are
+//     promoted, most caught up first, as many as keep the count of voters
+//     that are not gone at or under the (odd) voter cap and odd: if that
+//     count is odd and one non-voter is ready it waits for a second.
+//  6. If nothing else happens in a round and every voter is alive, not
+//     leaving and (save Self) not failed, voters beyond the cap, or one voter
+//     when the count is even and at least 4, are demoted (floor permitting;
+//     least caught up first).
+func Reconcile(in Input) []Action {
+	p := in.Policy
+	members := indexMembers(in.Members)
+
+	// Classify every configured server.
+	var servers []*serverView
+	byID := make(map[raft.ServerID]*serverView, len(in.Config.Servers))
+	byAddr := make(map[raft.ServerAddress]*serverView, len(in.Config.Servers))
+	for _, rs := range in.Config.Servers {
+		if _, dup := byID[rs.ID]; dup {
+			continue // raft never produces this; keep the first
+		}
+		s := &serverView{Server: rs, progress: in.Progress[rs.ID]}
+		s.member, s.hasMember = members[rs.ID]
+		servers = append(servers, s)
+		byID[rs.ID] = s
+		if _, dup := byAddr[rs.Address]; !dup {
+			byAddr[rs.Address] = s
+		}
+		if rs.ID == in.Self {
+			continue
+		}
+		var failedWhat string
+		switch {
+		case s.hasMember && s.member.State == StateLeft:
+			s.gone, s.goneRank, s.why = true, 0, "left gracefully"
+			continue
+		case s.hasMember && s.member.State == StateDead:
+			s.since = s.member.StateChangedAt
+			failedWhat = "failed"
+		case !s.hasMember:
+			s.since = in.Now
+			if t, ok := in.MissingSince[rs.ID]; ok {
+				s.since = t
+			}
+			failedWhat = "unknown to gossip"
+		default:
+			continue // alive or suspect
+		}
+		if failedFor := in.Now.Sub(s.since); failedFor >= p.FailedGracePeriod && !p.reachable(in.Now, s.progress) {
+			s.gone, s.goneRank = true, 2
+			s.why = fmt.Sprintf("%s for %s (grace %s)", failedWhat, failedFor, p.FailedGracePeriod)
+		}
+	}
+
+	// Decide in ID order from here on, whatever the configuration's order.
+	slices.SortFunc(servers, func(a, b *serverView) int { return strings.Compare(string(a.ID), string(b.ID)) })
+
+	// Alive members that need a configuration entry or a new address. An
+	// address held by another server blocks them unless that server is gone
+	// or can be declared taken over.
+	type want struct {
+		kind    ActionKind
+		m       Member
+		blocker *serverView // must be removed first, or nil
+		from    raft.ServerAddress
+	}
+	var wants []want
+	claimed := make(map[raft.ServerAddress]bool)
+	for _, m := range sortedMembers(members) {
+		id, addr := raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr)
+		if id == in.Self || m.State != StateAlive || m.Leaving || addr == "" {
+			continue
+		}
+		w := want{kind: AddNonvoter, m: m}
+		if s, ok := byID[id]; ok {
+			if s.Address == addr {
+				continue
+			}
+			w.kind, w.from = UpdateAddress, s.Address
+		}
+		if claimed[addr] {
+			continue // another alive member claims it too; the first by ID wins
+		}
+		if owner := byAddr[addr]; owner != nil {
+			if owner.ID == in.Self {
+				continue
+			}
+			if !owner.gone {
+				if owner.hasMember && (owner.member.State == StateAlive || owner.member.State == StateSuspect) {
+					continue
+				}
+				if p.reachable(in.Now, owner.progress) {
+					continue
+				}
+				owner.gone, owner.goneRank = true, 1
+				owner.why = fmt.Sprintf("raft address %s taken over by %s", addr, id)
+			}
+			w.blocker = owner
+		}
+		claimed[addr] = true
+		wants = append(wants, w)
+	}
+
+	var actions []Action
+
+	// Removals: non-voters freely, voters within the floor and the cap.
+	voters := 0
+	var goneVoters []*serverView
+	for _, s := range servers {
+		if s.voter() {
+			voters++
+		}
+		if !s.gone {
+			continue
+		}
+		if !s.voter() {
+			s.removed, s.touched = true, true
+			actions = append(actions, Action{Kind: RemoveServer, ID: s.ID, Addr: s.Address, Reason: s.why})
+			continue
+		}
+		goneVoters = append(goneVoters, s)
+	}
+	slices.SortFunc(goneVoters, func(a, b *serverView) int {
+		return cmp.Or(cmp.Compare(a.goneRank, b.goneRank), a.since.Compare(b.since), strings.Compare(string(a.ID), string(b.ID)))
+	})
+	maxVoterRemovals := (voters - 1) / 2
+	v := voters // voters in the configuration as the round's actions apply
+	for _, s := range goneVoters {
+		if v-1 < p.MinQuorum || voters-v >= maxVoterRemovals {
+			continue
+		}
+		s.removed, s.touched = true, true
+		v--
+		actions = append(actions, Action{Kind: RemoveServer, ID: s.ID, Addr: s.Address, Reason: s.why})
+	}
+	removals := len(actions)
+
+	// Adds and address updates whose address is free.
+	for _, w := range wants {
+		if w.blocker != nil && !w.blocker.removed {
+			continue
+		}
+		a := Action{Kind: w.kind, ID: raft.ServerID(w.m.ID), Addr: raft.ServerAddress(w.m.RaftAddr)}
+		if w.kind == AddNonvoter {
+			a.Reason = "alive member not in the configuration"
+		} else {
+			a.Reason = fmt.Sprintf("raft address changed from %s", w.from)
+			byID[a.ID].touched = true
+		}
+		actions = append(actions, a)
+	}
+
+	// Voters that asked to be non-voters.
+	demoted := false
+	for _, s := range servers {
+		if s.ID == in.Self || !s.voter() || s.gone || s.touched || !s.aliveMember() || !s.member.NonVoter {
+			continue
+		}
+		if v-1 < p.MinQuorum {
+			break
+		}
+		v--
+		demoted = true
+		actions = append(actions, Action{Kind: DemoteVoter, ID: s.ID, Addr: s.Address, Reason: "member asked to be a non-voter"})
+	}
+	if demoted {
+		return sortActions(actions)
+	}
+
+	// Promotions.
+	live := 0 // voters that are not gone
+	settled := true
+	var candidates []*serverView
+	for _, s := range servers {
+		if s.voter() {
+			if !s.gone {
+				live++
+			}
+			if s.ID != in.Self && (!s.aliveMember() || s.gone) {
+				settled = false
+			}
+			continue
+		}
+		if s.removed || s.gone || s.touched || !s.aliveMember() || s.member.NonVoter {
+			continue
+		}
+		if !p.ready(in.Now, s.progress, in.LeaderLastIndex) || s.progress.StableSince.IsZero() ||
+			in.Now.Sub(s.progress.StableSince) < p.StabilizationTime {
+			continue
+		}
+		candidates = append(candidates, s)
+	}
+	slices.SortFunc(candidates, func(a, b *serverView) int {
+		return cmp.Or(cmp.Compare(b.progress.LastIndex, a.progress.LastIndex), strings.Compare(string(a.ID), string(b.ID)))
+	})
+	maxVoters := p.maxVotersOdd()
+	k := len(candidates)
+	if maxVoters >= 0 {
+		k = max(0, min(k, maxVoters-live))
+	}
+	if k > 0 && (live+k)%2 == 0 {
+		k--
+	}
+	for _, s := range candidates[:k] {
+		actions = append(actions, Action{Kind: PromoteVoter, ID: s.ID, Addr: s.Address, Reason: fmt.Sprintf(
+			"caught up (last index %d of %d) and ready for %s", s.progress.LastIndex, in.LeaderLastIndex, in.Now.Sub(s.progress.StableSince))})
+	}
+	if k > 0 || removals > 0 || !settled {
+		return sortActions(actions)
+	}
+
+	// Shrink a settled voter set to the cap, or to odd.
+	excess, why := 0, ""
+	switch {
+	case maxVoters >= 0 && live > maxVoters:
+		excess, why = live-maxVoters, fmt.Sprintf("%d voters exceed the cap of %d", live, maxVoters)
+	case live%2 == 0 && live >= 4:
+		excess, why = 1, fmt.Sprintf("even number of voters (%d)", live)
+	}
+	if excess == 0 {
+		return sortActions(actions)
+	}
+	var victims []*serverView
+	for _, s := range servers {
+		if s.voter() && s.ID != in.Self && !s.touched {
+			victims = append(victims, s)
+		}
+	}
+	slices.SortFunc(victims, func(a, b *serverView) int {
+		ra, rb := p.reachable(in.Now, a.progress), p.reachable(in.Now, b.progress)
+		if ra != rb {
+			if ra {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Or(cmp.Compare(a.progress.LastIndex, b.progress.LastIndex), strings.Compare(string(a.ID), string(b.ID)))
+	})
+	for _, s := range victims {
+		if excess == 0 || v-1 < p.MinQuorum {
+			break
+		}
+		excess--
+		v--
+		actions = append(actions, Action{Kind: DemoteVoter, ID: s.ID, Addr: s.Address, Reason: why})
+	}
+	return sortActions(actions)
+}
+
+// indexMembers maps members by ID. Of several members with one ID the one
+// with the latest state change wins; remaining ties are broken on the other
+// fields so the result does not depend on the order of ms.
+func indexMembers(ms []Member) map[raft.ServerID]Member {
+	out := make(map[raft.ServerID]Member, len(ms))
+	for _, m := range ms {
+		if m.ID == "" {
+			continue
+		}
+		id := raft.ServerID(m.ID)
+		if prev, ok := out[id]; ok && comparePrecedence(m, prev) >= 0 {
+			continue
+		}
+		out[id] = m
+	}
+	return out
+}
+
+// comparePrecedence orders two members with the same ID, the preferred one
+// first.
+func comparePrecedence(a, b Member) int {
+	return cmp.Or(
+		b.StateChangedAt.Compare(a.StateChangedAt),
+		cmp.Compare(a.State, b.State),
+		strings.Compare(a.RaftAddr, b.RaftAddr),
+		strings.Compare(a.Addr, b.Addr),
+		strings.Compare(a.GRPCAddr, b.GRPCAddr),
+		cmp.Compare(a.Version, b.Version),
+		compareBool(a.Leaving, b.Leaving),
+		compareBool(a.NonVoter, b.NonVoter),
+	)
+}
+
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	default:
+		return 1
+	}
+}
+
+func sortedMembers(ms map[raft.ServerID]Member) []Member {
+	out := make([]Member, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+func sortActions(as []Action) []Action {
+	slices.SortFunc(as, func(a, b Action) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), strings.Compare(string(a.ID), string(b.ID)))
+	})
+	return as
+}
