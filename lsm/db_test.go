@@ -9,6 +9,8 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/cairnkv/cairn/lsm/internal/base"
+	"github.com/cairnkv/cairn/lsm/version"
 	"github.com/cairnkv/cairn/lsm/vfs"
 )
 
@@ -342,4 +344,27 @@ func TestCrashKeepsSyncedWrites(t *testing.T) {
 		it.Close()
 	}
 	d.Close()
+}
+
+// TestFindFileAtSentinelBound: a file whose largest bound is a range-deletion
+// sentinel at K does not hold K; the next file, which starts at K, does.
+func TestFindFileAtSentinelBound(t *testing.T) {
+	ik := func(k string, seq base.SeqNum) []byte { return base.MakeInternalKey(nil, []byte(k), seq, base.KindSet) }
+	files := []*version.FileMetadata{
+		{FileNum: 1, Smallest: ik("a", 5), Largest: base.MakeRangeDeleteSentinel(nil, []byte("k"))},
+		{FileNum: 2, Smallest: ik("k", 9), Largest: ik("p", 3)},
+	}
+	for _, tc := range []struct {
+		key  string
+		want base.FileNum
+	}{{"a", 1}, {"j", 1}, {"k", 2}, {"p", 2}, {"q", 0}, {"0", 0}} {
+		f := findFileForUserKey(files, []byte(tc.key))
+		var got base.FileNum
+		if f != nil {
+			got = f.FileNum
+		}
+		if got != tc.want {
+			t.Errorf("findFileForUserKey(%q) = file %d, want %d", tc.key, got, tc.want)
+		}
+	}
 }
