@@ -30,5 +30,10 @@ fuzz:
 	  done; \
 	done
 
+# Regenerates the protobuf and gRPC code (api/cairnpb, fsm/fsmpb); needs protoc
+# (Debian: apt-get install protobuf-compiler). The tree must stay clean after.
+generate:
+	bash api/generate.sh
+
 clean:
 	$(GO) clean -testcache

@@ -1,0 +1,318 @@
+package fsm
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/cairnkv/cairn/fsm/fsmpb"
+	"github.com/cairnkv/cairn/lsm/vfs"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Snapshot returns a snapshot of the applied state: a checkpoint of the
+// engine (a flush, then hard links to its files), so it is fast and its
+// cost does not grow with the data. Persist streams the checkpoint;
+// Release removes it.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	c, err := f.Checkpoint()
+	if err != nil {
+		return nil, err
+	}
+	return &fsmSnapshot{c: c}, nil
+}
+
+type fsmSnapshot struct{ c *Checkpoint }
+
+// Persist writes the snapshot stream (see WriteTo) to sink.
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := s.c.WriteTo(sink); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {
+	if err := s.c.Release(); err != nil {
+		s.c.logf("fsm: releasing checkpoint %s: %v", s.c.dir, err)
+	}
+}
+
+// Checkpoint is a consistent copy of the engine at a known applied index,
+// in a directory of its own (hard links to the engine's immutable files).
+// It serves raft snapshots (WriteTo) and backups (Files, Open). Release it
+// when done. Its methods are safe for concurrent use.
+type Checkpoint struct {
+	fs   vfs.FS
+	dir  string
+	logf func(format string, args ...any)
+	// AppliedIndex and AppliedTerm are the raft position the checkpoint
+	// reflects.
+	AppliedIndex, AppliedTerm uint64
+
+	mu       sync.Mutex
+	files    []*fsmpb.SnapshotFile // sorted by name; checksums set once summed
+	summed   bool
+	released bool
+}
+
+// Checkpoint makes a checkpoint of the current applied state.
+func (f *FSM) Checkpoint() (*Checkpoint, error) {
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if err := f.usableLocked(); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(f.dir, checkpointsDirName, fmt.Sprintf("%d-%d", f.state.index, f.seq.Add(1)))
+	if err := f.fs.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, fmt.Errorf("fsm: checkpoint: %w", err)
+	}
+	if err := f.mu.db.Checkpoint(dir); err != nil {
+		return nil, fmt.Errorf("fsm: checkpoint: %w", err)
+	}
+	c := &Checkpoint{
+		fs: f.fs, dir: dir, logf: f.opts.Logger.Printf,
+		AppliedIndex: f.state.index, AppliedTerm: f.state.term,
+	}
+	names, err := f.fs.List(dir)
+	if err != nil {
+		c.Release()
+		return nil, fmt.Errorf("fsm: checkpoint: %w", err)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		fi, err := f.fs.Stat(filepath.Join(dir, name))
+		if err == nil && fi.IsDir() {
+			err = fmt.Errorf("unexpected directory %s", name)
+		}
+		if err != nil {
+			c.Release()
+			return nil, fmt.Errorf("fsm: checkpoint: %w", err)
+		}
+		c.files = append(c.files, &fsmpb.SnapshotFile{Name: name, Size: uint64(fi.Size())})
+	}
+	return c, nil
+}
+
+// Dir returns the checkpoint's directory, which lsm.Open accepts.
+func (c *Checkpoint) Dir() string { return c.dir }
+
+// Files describes the checkpoint's files, sorted by name, with their
+// CRC-32C checksums (computed by reading every file on the first call).
+func (c *Checkpoint) Files() ([]*fsmpb.SnapshotFile, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.released {
+		return nil, ErrClosed
+	}
+	if !c.summed {
+		for _, fi := range c.files {
+			sum, err := c.sum(fi)
+			if err != nil {
+				return nil, err
+			}
+			fi.Crc32C = sum
+		}
+		c.summed = true
+	}
+	out := make([]*fsmpb.SnapshotFile, len(c.files))
+	for i, fi := range c.files {
+		out[i] = proto.Clone(fi).(*fsmpb.SnapshotFile)
+	}
+	return out, nil
+}
+
+func (c *Checkpoint) sum(fi *fsmpb.SnapshotFile) (uint32, error) {
+	r, err := c.Open(fi.Name)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	h := crc32.New(castagnoli)
+	n, err := io.Copy(h, r)
+	if err != nil {
+		return 0, fmt.Errorf("fsm: checkpoint file %s: %w", fi.Name, err)
+	}
+	if uint64(n) != fi.Size {
+		return 0, fmt.Errorf("fsm: checkpoint file %s is %d bytes, was %d", fi.Name, n, fi.Size)
+	}
+	return h.Sum32(), nil
+}
+
+// Open opens one of the checkpoint's files for reading.
+func (c *Checkpoint) Open(name string) (io.ReadCloser, error) {
+	if filepath.Base(name) != name {
+		return nil, fmt.Errorf("%w: checkpoint file name %q", ErrInvalidArgument, name)
+	}
+	f, err := c.fs.Open(filepath.Join(c.dir, name))
+	if err != nil {
+		return nil, fmt.Errorf("fsm: checkpoint: %w", err)
+	}
+	return f, nil
+}
+
+// Release removes the checkpoint's directory. Later calls do nothing.
+func (c *Checkpoint) Release() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.released {
+		return nil
+	}
+	c.released = true
+	return c.fs.RemoveAll(c.dir)
+}
+
+// The snapshot stream (what Persist writes and Restore reads):
+//
+//	+-----------------+----------------+-----------------+----------+------------------+
+//	| magic "CAIRNSNP"| version (4B LE)| manifest len    | manifest | crc32c(manifest) |
+//	|       8B        |      = 1       |   (4B LE)       | (proto)  |     (4B LE)      |
+//	+-----------------+----------------+-----------------+----------+------------------+
+//	| file 0 bytes | file 1 bytes | ... | (end of stream)
+//	+--------------+--------------+-----+
+//
+// The manifest is an fsmpb.SnapshotManifest: the applied index and term,
+// and per file (in stream order) its name, size and CRC-32C. The stream
+// ends exactly after the last file.
+const (
+	snapshotMagic       = "CAIRNSNP"
+	snapshotVersion     = 1
+	snapshotHeaderLen   = len(snapshotMagic) + 4 + 4
+	maxManifestBytes    = 16 << 20
+	maxSnapshotFileName = 255
+)
+
+// WriteTo writes the checkpoint as a snapshot stream to w. It reads every
+// file twice: once for the manifest's checksums, once to stream it (and
+// checks the second read against the first).
+func (c *Checkpoint) WriteTo(w io.Writer) (int64, error) {
+	files, err := c.Files()
+	if err != nil {
+		return 0, err
+	}
+	manifest, err := proto.Marshal(&fsmpb.SnapshotManifest{
+		Files: files, AppliedIndex: c.AppliedIndex, AppliedTerm: c.AppliedTerm,
+	})
+	if err != nil {
+		return 0, err
+	}
+	bw := bufio.NewWriterSize(w, 256<<10)
+	cw := &countingWriter{w: bw}
+	hdr := make([]byte, 0, snapshotHeaderLen)
+	hdr = append(hdr, snapshotMagic...)
+	hdr = binary.LittleEndian.AppendUint32(hdr, snapshotVersion)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(manifest)))
+	cw.Write(hdr)
+	cw.Write(manifest)
+	cw.Write(binary.LittleEndian.AppendUint32(nil, crc32.Checksum(manifest, castagnoli)))
+	if cw.err != nil {
+		return cw.n, cw.err
+	}
+	for _, fi := range files {
+		if err := c.copyFile(cw, fi); err != nil {
+			return cw.n, err
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return cw.n, err
+	}
+	return cw.n, nil
+}
+
+func (c *Checkpoint) copyFile(w io.Writer, fi *fsmpb.SnapshotFile) error {
+	r, err := c.Open(fi.Name)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	h := crc32.New(castagnoli)
+	n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(r, int64(fi.Size)))
+	if err != nil {
+		return fmt.Errorf("fsm: streaming checkpoint file %s: %w", fi.Name, err)
+	}
+	if uint64(n) != fi.Size || h.Sum32() != fi.Crc32C {
+		return corruptionf("checkpoint file %s changed while streamed (%d bytes, crc %08x; manifest: %d, %08x)",
+			fi.Name, n, h.Sum32(), fi.Size, fi.Crc32C)
+	}
+	return nil
+}
+
+type countingWriter struct {
+	w   io.Writer
+	n   int64
+	err error
+}
+
+func (cw *countingWriter) Write(p []byte) (int, error) {
+	if cw.err != nil {
+		return 0, cw.err
+	}
+	n, err := cw.w.Write(p)
+	cw.n += int64(n)
+	cw.err = err
+	return n, err
+}
+
+// ReadSnapshotManifest reads the head of a snapshot stream. The cluster
+// layer uses it at startup to learn the applied index of raft's latest
+// snapshot without restoring it (see doc.go, "Restart").
+func ReadSnapshotManifest(r io.Reader) (*fsmpb.SnapshotManifest, error) {
+	hdr := make([]byte, snapshotHeaderLen)
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return nil, streamErr("header", err)
+	}
+	if string(hdr[:len(snapshotMagic)]) != snapshotMagic {
+		return nil, corruptionf("snapshot stream: bad magic %q", hdr[:len(snapshotMagic)])
+	}
+	if v := binary.LittleEndian.Uint32(hdr[8:]); v != snapshotVersion {
+		return nil, corruptionf("snapshot stream: unknown version %d", v)
+	}
+	n := binary.LittleEndian.Uint32(hdr[12:])
+	if n > maxManifestBytes {
+		return nil, corruptionf("snapshot stream: manifest of %d bytes", n)
+	}
+	buf := make([]byte, n+4)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, streamErr("manifest", err)
+	}
+	body := buf[:n]
+	if want, got := binary.LittleEndian.Uint32(buf[n:]), crc32.Checksum(body, castagnoli); want != got {
+		return nil, corruptionf("snapshot stream: manifest checksum %08x, computed %08x", want, got)
+	}
+	m := &fsmpb.SnapshotManifest{}
+	if err := proto.Unmarshal(body, m); err != nil {
+		return nil, corruptionf("snapshot stream: manifest: %v", err)
+	}
+	seen := make(map[string]bool, len(m.Files))
+	for _, fi := range m.Files {
+		name := fi.GetName()
+		if name == "" || name == "." || name == ".." || len(name) > maxSnapshotFileName ||
+			filepath.Base(name) != name || strings.ContainsAny(name, "/\\\x00") || seen[name] {
+			return nil, corruptionf("snapshot stream: bad or repeated file name %q", name)
+		}
+		seen[name] = true
+	}
+	return m, nil
+}
+
+// streamErr turns a short read into a corruption error (the stream ended
+// inside the snapshot); other read errors are returned as they are.
+func streamErr(what string, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return corruptionf("snapshot stream truncated in its %s", what)
+	}
+	return fmt.Errorf("fsm: reading snapshot %s: %w", what, err)
+}
