@@ -144,6 +144,11 @@ func (d *DB) checkOpen() error {
 // releases the directory lock. Writes not synced are written to the WAL
 // (but not synced) first. Iterators and snapshots must be closed before.
 func (d *DB) Close() error {
+	var flushErr error
+	if d.opts.DisableWAL && !d.closed.Load() {
+		// Without a WAL the memtables are the only copy of recent writes.
+		flushErr = d.Flush()
+	}
 	if !d.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
@@ -162,7 +167,7 @@ func (d *DB) Close() error {
 	d.mu.Lock()
 	// A background error (a failed flush or compaction) is reported here
 	// too, so that it reaches the caller even if no write follows it.
-	errs := []error{d.mu.bgErr}
+	errs := []error{flushErr, d.mu.bgErr}
 	if d.mu.log.w != nil {
 		errs = append(errs, d.mu.log.w.Flush(), d.mu.log.file.Sync(), d.mu.log.file.Close())
 		d.mu.log.w = nil

@@ -35,14 +35,39 @@ const (
 )
 
 // Compression is the block compression of new SSTs.
-type Compression = sst.Compression
+type Compression uint8
 
-// The block compressions.
+// The block compressions. The zero value, DefaultCompression, is Snappy.
 const (
-	NoCompression     = sst.NoCompression
-	SnappyCompression = sst.SnappyCompression
-	ZstdCompression   = sst.ZstdCompression
+	DefaultCompression Compression = iota
+	NoCompression
+	SnappyCompression
+	ZstdCompression
 )
+
+func (c Compression) sst() sst.Compression {
+	switch c {
+	case NoCompression:
+		return sst.NoCompression
+	case ZstdCompression:
+		return sst.ZstdCompression
+	}
+	return sst.SnappyCompression
+}
+
+func (c Compression) String() string {
+	switch c {
+	case DefaultCompression:
+		return "default(snappy)"
+	case NoCompression:
+		return "none"
+	case SnappyCompression:
+		return "snappy"
+	case ZstdCompression:
+		return "zstd"
+	}
+	return fmt.Sprintf("Compression(%d)", uint8(c))
+}
 
 // Options configure a DB. The zero value of every field means its default.
 type Options struct {
@@ -102,6 +127,7 @@ type Options struct {
 	// WALRecovery chooses how Open treats a damaged WAL.
 	WALRecovery WALRecoveryMode
 	// DisableWAL skips the WAL: writes not yet flushed are lost in a crash.
+	// Close flushes the memtables, so a clean Close loses nothing.
 	DisableWAL bool
 
 	// Logger receives background errors and events. Default: discard.
@@ -198,7 +224,7 @@ func (o *Options) withDefaults() (*Options, error) {
 		return bad("BlockSizeBytes (minimum 64)", c.BlockSizeBytes)
 	case c.BlockRestartInterval < 1:
 		return bad("BlockRestartInterval", c.BlockRestartInterval)
-	case c.Compression != NoCompression && c.Compression != SnappyCompression && c.Compression != ZstdCompression:
+	case c.Compression > ZstdCompression:
 		return bad("Compression", c.Compression)
 	case c.WALRecovery != WALRecoverStrict && c.WALRecovery != WALRecoverPointInTime:
 		return bad("WALRecovery", c.WALRecovery)
@@ -216,7 +242,7 @@ func (o *Options) sstWriterOptions() sst.WriterOptions {
 	return sst.WriterOptions{
 		BlockSize:            o.BlockSizeBytes,
 		BlockRestartInterval: o.BlockRestartInterval,
-		Compression:          o.Compression,
+		Compression:          o.Compression.sst(),
 		FilterBitsPerKey:     bits,
 	}
 }

@@ -37,8 +37,7 @@ func newTableCache(fs vfs.FS, dirname string, c *cache.Cache, cacheID uint64) *t
 	return &tableCache{fs: fs, dirname: dirname, cache: c, cacheID: cacheID}
 }
 
-// get returns the open reader of f, opening it on first use. An open error
-// is remembered only until evict: a later version may retry.
+// get returns the open reader of f, opening it on first use.
 func (tc *tableCache) get(f *version.FileMetadata) (*sst.Reader, error) {
 	v, ok := tc.tables.Load(f.FileNum)
 	if !ok {
@@ -48,6 +47,11 @@ func (tc *tableCache) get(f *version.FileMetadata) (*sst.Reader, error) {
 	e.once.Do(func() {
 		e.reader, e.err = tc.open(f.FileNum)
 	})
+	if e.err != nil {
+		// Forget the failure so that a later read retries the open (the
+		// error may have been transient).
+		tc.tables.CompareAndDelete(f.FileNum, e)
+	}
 	return e.reader, e.err
 }
 

@@ -127,6 +127,8 @@ func Create(fs vfs.FS, dir string, opts Options) (*VersionSet, error) {
 	vs := newVersionSet(fs, dir, opts)
 	if _, err := fs.Stat(base.MakeFilepath(dir, base.FileTypeCurrent, 0)); err == nil {
 		return nil, base.InvalidArgumentf("version: %s already holds a DB", dir)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
 	}
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, err

@@ -1,0 +1,328 @@
+package crashtest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cairnkv/cairn/lsm"
+)
+
+const (
+	// childDirEnv, when set, makes the test binary run as the child: it
+	// opens the DB in that directory and runs the round's workload.
+	childDirEnv = "CAIRN_CRASH_CHILD"
+	// childSeedEnv is the round's seed.
+	childSeedEnv = "CAIRN_CRASH_SEED"
+	// maxChildOps bounds a child that is never killed.
+	maxChildOps = 200000
+)
+
+var (
+	flagRounds = flag.Int("rounds", 20, "kill -9 rounds")
+	flagSeed   = flag.Uint64("seed", 0, "base seed (0: random); round r uses seed+r")
+)
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(childDirEnv); dir != "" {
+		os.Exit(childMain(dir, os.Getenv(childSeedEnv)))
+	}
+	os.Exit(m.Run())
+}
+
+// options are the DB options of both the child and the parent: small
+// memtables, files and levels, so that flushes and compactions are running
+// at most moments of a kill.
+func options() *lsm.Options {
+	return &lsm.Options{
+		MemTableSizeBytes:     64 << 10,
+		L0CompactionThreshold: 2,
+		TargetFileSizeBytes:   16 << 10,
+		LBaseMaxBytes:         128 << 10,
+		BlockSizeBytes:        1 << 10,
+		Compression:           lsm.SnappyCompression,
+	}
+}
+
+// childMain is the child process: it opens the DB, prints "ready", then
+// runs the workload, printing "ack i" after op i returns and "compact i"
+// before a compaction starts. It prints "done" if it runs out of ops.
+func childMain(dir, seedStr string) int {
+	seed, err := strconv.ParseUint(seedStr, 10, 64)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "child: bad seed %q: %v\n", seedStr, err)
+		return 2
+	}
+	db, err := lsm.Open(dir, options())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "child: Open: %v\n", err)
+		return 2
+	}
+	out := os.Stdout // unbuffered: each line is one write(2)
+	fmt.Fprintln(out, "ready")
+	w := newWorkload(seed)
+	for i := 0; i < maxChildOps; i++ {
+		o := w.next()
+		if o.kind == opCompact {
+			fmt.Fprintf(out, "compact %d\n", i)
+		}
+		if err := apply(db, o); err != nil {
+			fmt.Fprintf(os.Stderr, "child: op %d %s: %v\n", i, o, err)
+			return 2
+		}
+		fmt.Fprintf(out, "ack %d\n", i)
+	}
+	if err := db.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "child: Close: %v\n", err)
+		return 2
+	}
+	fmt.Fprintln(out, "done")
+	return 0
+}
+
+// childRun is what the parent learned from one child.
+type childRun struct {
+	ready   bool
+	lastAck int // -1: none
+	done    bool
+	killed  bool
+	// killedAt describes when the kill was sent.
+	killedAt string
+	stderr   string
+}
+
+// runChild starts a child on dir with seed and kills it with SIGKILL
+// according to mode: after delay, or as soon as it announces a
+// compaction.
+func runChild(t *testing.T, dir string, seed uint64, delay time.Duration, atCompaction bool) childRun {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), childDirEnv+"="+dir, childSeedEnv+"="+strconv.FormatUint(seed, 10))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	lines := make(chan string, 1024)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	res := childRun{lastAck: -1}
+	kill := func(why string) {
+		if !res.killed {
+			res.killed = true
+			res.killedAt = fmt.Sprintf("%s, %s after start", why, time.Since(start).Round(time.Microsecond))
+			cmd.Process.Signal(syscall.SIGKILL)
+		}
+	}
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	if atCompaction {
+		// Fall back to a timed kill if no compaction comes soon.
+		timer.Reset(2 * time.Second)
+	}
+	for done := false; !done; {
+		select {
+		case <-timer.C:
+			kill(fmt.Sprintf("timer (%s)", delay))
+		case line, ok := <-lines:
+			if !ok {
+				done = true
+				break
+			}
+			switch {
+			case line == "ready":
+				res.ready = true
+			case line == "done":
+				res.done = true
+			case strings.HasPrefix(line, "ack "):
+				n, err := strconv.Atoi(line[4:])
+				if err != nil || n != res.lastAck+1 {
+					cmd.Process.Kill()
+					t.Fatalf("child printed %q after ack %d", line, res.lastAck)
+				}
+				res.lastAck = n
+			case strings.HasPrefix(line, "compact "):
+				if atCompaction {
+					time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+					kill("at compaction " + line[8:])
+				}
+			default:
+				cmd.Process.Kill()
+				t.Fatalf("child printed %q", line)
+			}
+		}
+	}
+	err = cmd.Wait()
+	res.stderr = stderr.String()
+	var ee *exec.ExitError
+	switch {
+	case err == nil && res.done:
+	case errors.As(err, &ee) && res.killed:
+		if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("child (seed %d) exited with %v, not by SIGKILL; stderr:\n%s", seed, err, res.stderr)
+		}
+	default:
+		t.Fatalf("child (seed %d) exited with %v (killed: %v, done: %v); stderr:\n%s", seed, err, res.killed, res.done, res.stderr)
+	}
+	return res
+}
+
+// contents reads the whole DB with an iterator and checks that Get agrees
+// on every key of the key space.
+func contents(db *lsm.DB) (map[string][]byte, error) {
+	it, err := db.NewIter(nil)
+	if err != nil {
+		return nil, err
+	}
+	got := make(map[string][]byte)
+	var prev []byte
+	for ok := it.First(); ok; ok = it.Next() {
+		if prev != nil && bytes.Compare(prev, it.Key()) >= 0 {
+			it.Close()
+			return nil, fmt.Errorf("iterator returned %q after %q", it.Key(), prev)
+		}
+		prev = bytes.Clone(it.Key())
+		got[string(it.Key())] = bytes.Clone(it.Value())
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	for i := range numKeys {
+		k := key(i)
+		v, err := db.Get(k)
+		want, ok := got[string(k)]
+		switch {
+		case err == nil && (!ok || !bytes.Equal(v, want)):
+			return nil, fmt.Errorf("Get(%q) = %s but the iterator has %s (present: %v)", k, fmtValue(v), fmtValue(want), ok)
+		case errors.Is(err, lsm.ErrNotFound) && ok:
+			return nil, fmt.Errorf("Get(%q) = not found but the iterator has %s", k, fmtValue(want))
+		case err != nil && !errors.Is(err, lsm.ErrNotFound):
+			return nil, fmt.Errorf("Get(%q): %w", k, err)
+		}
+	}
+	return got, nil
+}
+
+// preserve copies dir somewhere that outlives the test, for a post-mortem.
+func preserve(t *testing.T, dir string) string {
+	dst, err := os.MkdirTemp("", "cairn-crashtest-")
+	if err != nil {
+		return "(could not preserve: " + err.Error() + ")"
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		src, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		out, err := os.Create(filepath.Join(dst, e.Name()))
+		if err == nil {
+			io.Copy(out, src)
+			out.Close()
+		}
+		src.Close()
+	}
+	return dst
+}
+
+// TestKill9 runs rounds of: start a child on the same directory, let it
+// write (synced and unsynced writes, flushes, compactions), kill it with
+// SIGKILL at a random moment, reopen the DB and check that it holds
+// exactly the writes acknowledged, plus possibly the one in flight.
+func TestKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes; skipped in -short")
+	}
+	base := *flagSeed
+	if base == 0 {
+		base = rand.Uint64() >> 1
+	}
+	t.Logf("base seed %d (replay with -seed %d)", base, base)
+	rng := rand.New(rand.NewPCG(base, 0x6b696c6c))
+	dir := t.TempDir()
+	m := make(model) // the DB's state, as of the last verified round
+	var acks, inflightApplied, atCompaction int
+	for round := 0; round < *flagRounds; round++ {
+		seed := base + uint64(round)
+		delay := time.Duration(5+rng.IntN(296)) * time.Millisecond
+		killAtCompaction := rng.IntN(4) == 0
+		res := runChild(t, dir, seed, delay, killAtCompaction)
+		if killAtCompaction {
+			atCompaction++
+		}
+
+		// The states the DB may be in: every acknowledged op applied,
+		// and possibly the op in flight at the kill.
+		w := newWorkload(seed)
+		acked := m.clone()
+		for i := 0; i <= res.lastAck; i++ {
+			acked.apply(w.next())
+		}
+		var inflight op
+		withInflight := acked
+		if res.ready && !res.done {
+			inflight = w.next()
+			if inflight.isWrite() {
+				withInflight = acked.clone()
+				withInflight.apply(inflight)
+			}
+		}
+
+		db, err := lsm.Open(dir, options())
+		if err != nil {
+			t.Fatalf("round %d (seed %d, %d acks, killed %s): Open after kill -9: %v\nDB preserved at %s",
+				round, seed, res.lastAck+1, res.killedAt, err, preserve(t, dir))
+		}
+		got, err := contents(db)
+		if err != nil {
+			db.Close()
+			t.Fatalf("round %d (seed %d, %d acks, killed %s): reading the recovered DB: %v\nDB preserved at %s",
+				round, seed, res.lastAck+1, res.killedAt, err, preserve(t, dir))
+		}
+		if err := db.Close(); err != nil {
+			t.Fatalf("round %d: Close: %v", round, err)
+		}
+		switch {
+		case acked.diff(got) == "":
+			m = acked
+		case withInflight.diff(got) == "":
+			m = withInflight
+			inflightApplied++
+		default:
+			t.Fatalf("round %d (seed %d): after kill -9 (%s) with %d ops acknowledged (last ready=%v), the DB holds neither the acknowledged state nor that plus the op in flight (%s)\n"+
+				"against the acknowledged state:\n\t%s\nagainst it plus the op in flight:\n\t%s\nDB preserved at %s\nchild stderr:\n%s",
+				round, seed, res.killedAt, res.lastAck+1, res.ready, inflight, acked.diff(got), withInflight.diff(got), preserve(t, dir), res.stderr)
+		}
+		acks += res.lastAck + 1
+	}
+	t.Logf("%d rounds (%d killed at a compaction), %d ops acknowledged, in-flight op recovered %d times; %d keys at the end",
+		*flagRounds, atCompaction, acks, inflightApplied, len(m))
+	if acks == 0 {
+		t.Fatal("no child acknowledged any op: the test checked nothing")
+	}
+}

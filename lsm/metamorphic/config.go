@@ -1,0 +1,84 @@
+package metamorphic
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/cairnkv/cairn/lsm"
+)
+
+// Config is a named set of engine options a workload runs under. Running
+// one workload under several configs both checks each against the model and
+// compares them with each other.
+type Config struct {
+	Name string
+	// Opts are the options; Run sets FS.
+	Opts lsm.Options
+}
+
+func (c Config) String() string {
+	o := c.Opts
+	return fmt.Sprintf("%s{memtable=%d blocks=%d restart=%d L0trigger=%d targetFile=%d lbase=%d mult=%d compression=%v filterBits=%v memBloomBits=%v cache=%d walRecovery=%d disableWAL=%v}",
+		c.Name, o.MemTableSizeBytes, o.BlockSizeBytes, o.BlockRestartInterval, o.L0CompactionThreshold,
+		o.TargetFileSizeBytes, o.LBaseMaxBytes, o.LevelMultiplier, o.Compression, o.FilterBitsPerKey,
+		o.MemtableBloomBitsPerKey, o.CacheSizeBytes, o.WALRecovery, o.DisableWAL)
+}
+
+// Configs returns the option sets every workload runs under. Sizes that
+// vary within a range (block size, target file size) are drawn from seed,
+// so a seed replays exactly.
+//
+//   - default: the engine's defaults (zero Options).
+//   - tiny: 64 KiB memtables, 64–256 B blocks, L0 compaction at 2 files,
+//     small target files and a small base level: flushes, compactions and
+//     multi-file levels happen constantly, and the small block cache evicts.
+//   - nofilter: no SST filters and no memtable Bloom filter.
+//   - zstd: Zstd compression, point-in-time WAL recovery.
+//   - snappy: Snappy compression, a restart point at every key, 3 filter
+//     bits per key (many false positives).
+//   - nowal: the WAL disabled.
+func Configs(seed uint64) []Config {
+	rng := rand.New(rand.NewPCG(seed, 0x636f6e666967))
+	tinyBlock := 64 + rng.IntN(193)
+	return []Config{
+		{Name: "default"},
+		{Name: "tiny", Opts: lsm.Options{
+			MemTableSizeBytes:     64 << 10,
+			BlockSizeBytes:        tinyBlock,
+			BlockRestartInterval:  1 + rng.IntN(4),
+			L0CompactionThreshold: 2,
+			TargetFileSizeBytes:   int64(2<<10 + rng.IntN(6<<10)),
+			LBaseMaxBytes:         64 << 10,
+			LevelMultiplier:       4,
+			CacheSizeBytes:        256 << 10,
+		}},
+		{Name: "nofilter", Opts: lsm.Options{
+			MemTableSizeBytes:       64 << 10,
+			L0CompactionThreshold:   2,
+			TargetFileSizeBytes:     32 << 10,
+			BlockSizeBytes:          512,
+			FilterBitsPerKey:        -1,
+			MemtableBloomBitsPerKey: -1,
+		}},
+		{Name: "zstd", Opts: lsm.Options{
+			MemTableSizeBytes:     64 << 10,
+			Compression:           lsm.ZstdCompression,
+			BlockSizeBytes:        1 << 10,
+			L0CompactionThreshold: 3,
+			TargetFileSizeBytes:   64 << 10,
+			WALRecovery:           lsm.WALRecoverPointInTime,
+		}},
+		{Name: "snappy", Opts: lsm.Options{
+			MemTableSizeBytes:    128 << 10,
+			Compression:          lsm.SnappyCompression,
+			BlockRestartInterval: 1,
+			FilterBitsPerKey:     3,
+		}},
+		{Name: "nowal", Opts: lsm.Options{
+			MemTableSizeBytes:     64 << 10,
+			L0CompactionThreshold: 2,
+			TargetFileSizeBytes:   16 << 10,
+			DisableWAL:            true,
+		}},
+	}
+}
