@@ -2,6 +2,7 @@ package lsm
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cairnkv/cairn/lsm/internal/base"
@@ -29,6 +30,8 @@ type writer struct {
 	cond  condVar
 }
 
+var writerPool = sync.Pool{New: func() any { return &writer{} }}
+
 // maxGroupBytes bounds the bytes one commit group writes; a small leader
 // takes a smaller group so that its latency does not grow much (LevelDB).
 const (
@@ -55,8 +58,12 @@ func (d *DB) Write(b *Batch, wo *WriteOptions) error {
 	if wo == nil {
 		wo = NoSync
 	}
-	w := &writer{batch: b, sync: wo.Sync && !d.opts.DisableWAL}
+	w := writerPool.Get().(*writer)
+	*w = writer{batch: b, sync: wo.Sync && !d.opts.DisableWAL}
 	w.cond.init(&d.mu.Mutex)
+	// Once Write returns, no one refers to w: the leader that completed it
+	// dropped it from the queue under d.mu before w could wake.
+	defer writerPool.Put(w)
 
 	d.mu.Lock()
 	if d.mu.closing {

@@ -111,25 +111,37 @@ func (d *DB) Get(key []byte) ([]byte, error) {
 	return d.get(key, 0)
 }
 
+// batchPool recycles the single-operation batches of Put, Delete and
+// DeleteRange. Write does not keep a batch once it returns.
+var batchPool = sync.Pool{New: func() any { return &Batch{} }}
+
+// maxPooledBatchBytes keeps huge values' buffers out of the pool.
+const maxPooledBatchBytes = 64 << 10
+
+func (d *DB) writeOne(fill func(b *Batch), wo *WriteOptions) error {
+	b := batchPool.Get().(*Batch)
+	fill(b)
+	err := d.Write(b, wo)
+	if cap(b.data) <= maxPooledBatchBytes {
+		b.Reset()
+		batchPool.Put(b)
+	}
+	return err
+}
+
 // Put sets key to value.
 func (d *DB) Put(key, value []byte, wo *WriteOptions) error {
-	var b Batch
-	b.Set(key, value)
-	return d.Write(&b, wo)
+	return d.writeOne(func(b *Batch) { b.Set(key, value) }, wo)
 }
 
 // Delete removes key.
 func (d *DB) Delete(key []byte, wo *WriteOptions) error {
-	var b Batch
-	b.Delete(key)
-	return d.Write(&b, wo)
+	return d.writeOne(func(b *Batch) { b.Delete(key) }, wo)
 }
 
 // DeleteRange removes every key k with start <= k < end.
 func (d *DB) DeleteRange(start, end []byte, wo *WriteOptions) error {
-	var b Batch
-	b.DeleteRange(start, end)
-	return d.Write(&b, wo)
+	return d.writeOne(func(b *Batch) { b.DeleteRange(start, end) }, wo)
 }
 
 // checkOpen returns ErrClosed once Close has begun.

@@ -28,6 +28,8 @@ type memTable struct {
 	// capacityBytes is the arena size; the memtable is full when the next
 	// batch would not fit.
 	capacityBytes int64
+	// scratch is the single writer's internal-key buffer.
+	scratch []byte
 	// entries counts the entries applied, tombstones included.
 	entries atomic.Int64
 
@@ -78,7 +80,8 @@ func (m *memTable) empty() bool {
 // apply inserts the batch's entries, the i-th at sequence number seq+i.
 // REQUIRES: the caller is the only writer (the commit leader or recovery).
 func (m *memTable) apply(r batchReader, seq base.SeqNum) error {
-	var ikey []byte
+	ikey := m.scratch
+	defer func() { m.scratch = ikey[:0] }()
 	for i := base.SeqNum(0); ; i++ {
 		kind, key, value, ok, err := r.next()
 		if err != nil {
