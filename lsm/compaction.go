@@ -314,7 +314,8 @@ func (p *pendingOutput) finish(d *DB, w *sst.Writer) (*version.FileMetadata, err
 
 // Compact compacts every level's data overlapping [start, end] (user keys,
 // inclusive; nil means unbounded) down to the bottom level, level by level,
-// dropping overwritten and deleted data no snapshot needs. It returns when
+// and finally rewrites the bottom level's files in the range, dropping
+// overwritten and deleted data that no open snapshot needs. It returns when
 // done.
 func (d *DB) Compact(start, end []byte) error {
 	if err := d.checkOpen(); err != nil {
@@ -342,7 +343,7 @@ func (d *DB) Compact(start, end []byte) error {
 		d.mu.bgCond.Broadcast()
 	}()
 	lo, hi := start, end
-	for level := 0; level < version.NumLevels-1; level++ {
+	for level := 0; level < version.NumLevels; level++ {
 		if d.mu.bgErr != nil {
 			return d.mu.bgErr
 		}
@@ -354,7 +355,8 @@ func (d *DB) Compact(start, end []byte) error {
 		if len(files) == 0 {
 			continue
 		}
-		c := d.newCompactionLocked(v, level, level+1, files)
+		// The bottom level compacts into itself.
+		c := d.newCompactionLocked(v, level, min(level+1, version.NumLevels-1), files)
 		if c == nil {
 			return fmt.Errorf("lsm: manual compaction found L%d files already compacting", level)
 		}

@@ -146,7 +146,9 @@ func (d *DB) newCompactionLocked(v *version.Version, startLevel, outputLevel int
 		c.inputs[0] = v.Overlaps(0, c.smallest, c.largest)
 		c.smallest, c.largest = userKeyRange(c.inputs[0])
 	}
-	c.inputs[1] = v.Overlaps(outputLevel, c.smallest, c.largest)
+	if outputLevel != startLevel {
+		c.inputs[1] = v.Overlaps(outputLevel, c.smallest, c.largest)
+	}
 	all := append(append([]*version.FileMetadata(nil), c.inputs[0]...), c.inputs[1]...)
 	for _, f := range all {
 		if f.Compacting {
@@ -161,7 +163,7 @@ func (d *DB) newCompactionLocked(v *version.Version, startLevel, outputLevel int
 			break
 		}
 	}
-	c.trivialMove = startLevel > 0 && len(c.inputs[0]) == 1 && len(c.inputs[1]) == 0
+	c.trivialMove = startLevel > 0 && startLevel != outputLevel && len(c.inputs[0]) == 1 && len(c.inputs[1]) == 0
 	for _, f := range all {
 		f.Compacting = true
 	}
