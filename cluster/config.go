@@ -1,0 +1,274 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"regexp"
+	"time"
+
+	"github.com/cairnkv/cairn/api/cairnpb"
+	"github.com/cairnkv/cairn/cluster/membership"
+	"github.com/cairnkv/cairn/lsm"
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+)
+
+// Default listen addresses of a node (see doc.go, "Ports").
+const (
+	DefaultGRPCAddr   = "127.0.0.1:7379"
+	DefaultRaftAddr   = "127.0.0.1:7380"
+	DefaultGossipAddr = "127.0.0.1:7381"
+)
+
+// Raft log store implementations (Config.RaftLogStore).
+const (
+	// LogStoreBoltDB is github.com/hashicorp/raft-boltdb/v2 (the default),
+	// opened with bbolt's NoFreelistSync and map freelist.
+	LogStoreBoltDB = "boltdb"
+	// LogStoreWAL is github.com/hashicorp/raft-wal: segment files, faster
+	// than bbolt and without its ageing.
+	LogStoreWAL = "wal"
+)
+
+// ErrInvalidConfig is wrapped by every error about a Config.
+var ErrInvalidConfig = errors.New("cluster: invalid configuration")
+
+// Config configures a Node. The zero value of every field but ID and
+// DataDir means its default.
+type Config struct {
+	// ID is the node's raft server ID and memberlist name, unique in the
+	// cluster: letters, digits, '.', '_', '-' (at most 64). Required. It is
+	// recorded in DataDir on first start; a later start with another ID
+	// fails.
+	ID string
+	// DataDir holds the raft log, snapshots and the engine. Required.
+	DataDir string
+
+	// GRPCAddr, RaftAddr and GossipAddr are the listen addresses
+	// (host:port; port 0 picks a free port, see Node.GRPCAddr and
+	// friends). Defaults DefaultGRPCAddr, DefaultRaftAddr,
+	// DefaultGossipAddr.
+	GRPCAddr, RaftAddr, GossipAddr string
+	// AdvertiseGRPCAddr, AdvertiseRaftAddr and AdvertiseGossipAddr are what
+	// other nodes dial. Default: the listen address, with the actual port
+	// if it was 0, and a private IP of this host if it binds all
+	// interfaces.
+	AdvertiseGRPCAddr, AdvertiseRaftAddr, AdvertiseGossipAddr string
+
+	// Join lists gossip addresses (host:port) of nodes to join; the node
+	// retries in the background until one answers.
+	Join []string
+	// BootstrapExpect is the number of servers whose appearance forms a new
+	// cluster: 1 bootstraps this node alone; N > 1 waits until N servers
+	// are alive in gossip, none of them with raft state, and then the one
+	// with the lowest ID bootstraps a configuration of all of them (as
+	// Consul does). 0 never bootstraps: the node waits for a leader to add
+	// it. A node with raft state never bootstraps again.
+	BootstrapExpect int
+
+	// RaftLogStore is LogStoreBoltDB (default) or LogStoreWAL.
+	RaftLogStore string
+	// MaxValueSize is the largest value a write may carry; default
+	// cairnpb.DefaultMaxValueSize. Every node of a cluster must use the
+	// same value.
+	MaxValueSize int
+	// Engine configures the storage engine (nil: its defaults).
+	Engine *lsm.Options
+
+	// Raft timings; zero means raft's defaults (HeartbeatTimeout and
+	// ElectionTimeout 1s, LeaderLeaseTimeout 500ms, CommitTimeout 50ms).
+	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout, CommitTimeout time.Duration
+	// SnapshotInterval, SnapshotThreshold and TrailingLogs control raft
+	// snapshots; zero means raft's defaults (120s, 8192, 10240).
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	// SnapshotRetain is how many raft snapshots are kept; default 2.
+	SnapshotRetain int
+
+	// RequestTimeout bounds a request that arrives without a deadline;
+	// default 10s.
+	RequestTimeout time.Duration
+	// ApplyTimeout bounds how long a write waits to enter raft's queue;
+	// default 5s.
+	ApplyTimeout time.Duration
+	// LeaderWaitTimeout bounds how long a request that needs the leader
+	// waits for one to be known (during an election); default 3s.
+	LeaderWaitTimeout time.Duration
+	// ShutdownTimeout bounds each graceful step of Shutdown (leave,
+	// leadership transfer, draining gRPC); default 5s.
+	ShutdownTimeout time.Duration
+
+	// ReconcileInterval is how often the leader reconciles the raft
+	// configuration with gossip even without membership events; default
+	// 1s.
+	ReconcileInterval time.Duration
+	// Policy drives reconciliation; the zero value means
+	// membership.DefaultPolicy().
+	Policy membership.Policy
+	// NonVoter asks the leader to keep this node a non-voter.
+	NonVoter bool
+
+	// GossipProfile selects memberlist's timings (membership.ProfileLAN by
+	// default; ProfileLocal for loopback clusters and tests).
+	GossipProfile membership.Profile
+	// GossipKey, if set (16, 24 or 32 bytes), encrypts gossip.
+	GossipKey []byte
+	// GossipTune, if set, adjusts memberlist's configuration last.
+	GossipTune func(*memberlist.Config)
+
+	// Logger receives the node's, raft's and memberlist's logs; nil
+	// discards them.
+	Logger *slog.Logger
+	// RaftLogLevel is the level of raft's own logs; default slog.LevelInfo.
+	RaftLogLevel slog.Level
+	// Now is the reconcile loop's clock; default time.Now.
+	Now func() time.Time
+}
+
+// Deps are the raft components a test may supply; nil fields get the
+// production ones (TCP transport on Config.RaftAddr, raft-boltdb or
+// raft-wal in DataDir, file snapshots in DataDir). A supplied component is
+// not closed by the node, except the transport, which raft closes on
+// shutdown.
+type Deps struct {
+	Transport     raft.Transport
+	LogStore      raft.LogStore
+	StableStore   raft.StableStore
+	SnapshotStore raft.SnapshotStore
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// withDefaults returns a copy of c with defaults filled in, or an error
+// wrapping ErrInvalidConfig naming the first bad field.
+func (c Config) withDefaults() (Config, error) {
+	bad := func(format string, args ...any) (Config, error) {
+		return c, fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	if !idPattern.MatchString(c.ID) {
+		return bad("node ID %q: use 1-64 letters, digits, '.', '_' or '-'", c.ID)
+	}
+	if c.DataDir == "" {
+		return bad("no data directory")
+	}
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.GRPCAddr, DefaultGRPCAddr)
+	def(&c.RaftAddr, DefaultRaftAddr)
+	def(&c.GossipAddr, DefaultGossipAddr)
+	def(&c.RaftLogStore, LogStoreBoltDB)
+	for _, a := range []struct{ what, addr string }{
+		{"gRPC address", c.GRPCAddr}, {"raft address", c.RaftAddr}, {"gossip address", c.GossipAddr},
+	} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return bad("%s %q: %v", a.what, a.addr, err)
+		}
+	}
+	for _, a := range []struct{ what, addr string }{
+		{"advertised gRPC address", c.AdvertiseGRPCAddr},
+		{"advertised raft address", c.AdvertiseRaftAddr},
+		{"advertised gossip address", c.AdvertiseGossipAddr},
+	} {
+		if a.addr == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(a.addr)
+		if err != nil || host == "" || port == "" || port == "0" {
+			return bad("%s %q: need host:port with a non-zero port", a.what, a.addr)
+		}
+	}
+	for _, j := range c.Join {
+		if _, _, err := net.SplitHostPort(j); err != nil {
+			return bad("join address %q: %v", j, err)
+		}
+	}
+	if c.BootstrapExpect < 0 {
+		return bad("bootstrap-expect %d < 0", c.BootstrapExpect)
+	}
+	switch c.RaftLogStore {
+	case LogStoreBoltDB, LogStoreWAL:
+	default:
+		return bad("raft log store %q: use %q or %q", c.RaftLogStore, LogStoreBoltDB, LogStoreWAL)
+	}
+	if c.MaxValueSize == 0 {
+		c.MaxValueSize = cairnpb.DefaultMaxValueSize
+	}
+	if c.MaxValueSize < 0 {
+		return bad("max value size %d < 0", c.MaxValueSize)
+	}
+	if c.SnapshotRetain == 0 {
+		c.SnapshotRetain = 2
+	}
+	defDur := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defDur(&c.RequestTimeout, 10*time.Second)
+	defDur(&c.ApplyTimeout, 5*time.Second)
+	defDur(&c.LeaderWaitTimeout, 3*time.Second)
+	defDur(&c.ShutdownTimeout, 5*time.Second)
+	defDur(&c.ReconcileInterval, time.Second)
+	for _, d := range []struct {
+		what string
+		d    time.Duration
+	}{
+		{"heartbeat timeout", c.HeartbeatTimeout}, {"election timeout", c.ElectionTimeout},
+		{"leader lease timeout", c.LeaderLeaseTimeout}, {"commit timeout", c.CommitTimeout},
+		{"snapshot interval", c.SnapshotInterval}, {"request timeout", c.RequestTimeout},
+		{"apply timeout", c.ApplyTimeout}, {"leader wait timeout", c.LeaderWaitTimeout},
+		{"shutdown timeout", c.ShutdownTimeout}, {"reconcile interval", c.ReconcileInterval},
+	} {
+		if d.d < 0 {
+			return bad("%s %v < 0", d.what, d.d)
+		}
+	}
+	if c.Policy == (membership.Policy{}) {
+		c.Policy = membership.DefaultPolicy()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c, nil
+}
+
+// raftConfig returns the raft configuration of the node.
+func (c *Config) raftConfig() *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.ID)
+	set := func(d *time.Duration, v time.Duration) {
+		if v > 0 {
+			*d = v
+		}
+	}
+	set(&rc.HeartbeatTimeout, c.HeartbeatTimeout)
+	set(&rc.ElectionTimeout, c.ElectionTimeout)
+	set(&rc.LeaderLeaseTimeout, c.LeaderLeaseTimeout)
+	set(&rc.CommitTimeout, c.CommitTimeout)
+	set(&rc.SnapshotInterval, c.SnapshotInterval)
+	if c.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = c.SnapshotThreshold
+	}
+	if c.TrailingLogs > 0 {
+		rc.TrailingLogs = c.TrailingLogs
+	}
+	// Group commit: the leader batches up to MaxAppendEntries entries per
+	// disk write and per AppendEntries, and BatchApplyCh lets a burst of
+	// Apply calls reach it as one batch.
+	rc.MaxAppendEntries = 1024
+	rc.BatchApplyCh = true
+	// The FSM restarts from its own durable applied index (fsm/doc.go);
+	// Node.Start turns restoring back on only when the FSM is behind the
+	// latest snapshot.
+	rc.NoSnapshotRestoreOnStart = true
+	return rc
+}

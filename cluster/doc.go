@@ -1,0 +1,122 @@
+// Package cluster wires one cairn node: raft (hashicorp/raft) over the
+// state machine of package fsm, memberlist discovery and the reconcile loop
+// of package membership, and the gRPC server of the KV and Cluster services
+// (package api/cairnpb), with leader forwarding and the read paths.
+//
+//	client ──gRPC──▶ kvService/clusterService ──▶ route ──leader──▶ raft.Apply ──▶ fsm.FSM ──▶ lsm.DB
+//	                                                 └─follower─▶ forward over gRPC to the leader
+//
+// # Lifecycle
+//
+// New checks a Config; Start opens everything in this order, so that a
+// port in use or a locked data directory fails before any state is opened:
+// the data directory's LOCK (flock) and node-id file, the gRPC listener,
+// the raft transport, gossip (memberlist, gossiping Meta{ID, RaftAddr,
+// GRPCAddr}), the raft log and stable store, the snapshot store, the FSM,
+// raft itself; then the gRPC server, the background loops, and the
+// bootstrap. Shutdown is graceful: the health service turns NOT_SERVING,
+// the node announces its leave in gossip (the leader's reconcile loop then
+// removes it from the configuration), a leader hands leadership to another
+// voter, the gRPC server drains, and raft, gossip, the stores and the
+// engine close, the lock last.
+//
+// # Raft
+//
+// hashicorp/raft v1.7.3 with the log and stable store in raft-boltdb/v2
+// (bbolt opened with NoFreelistSync and the map freelist; otherwise the
+// freelist is rewritten on every commit and writes slow down as the file
+// ages) or, with Config.RaftLogStore = "wal", hashicorp/raft-wal v0.4.0;
+// either is wrapped in raft.NewLogCache(512) so replication does not read
+// back entries just written. MaxAppendEntries = 1024 and BatchApplyCh turn
+// concurrent writes into group commits, and the FSM is a BatchingFSM, so a
+// batch of entries is one engine write. Snapshots go to a FileSnapshotStore.
+//
+// NoSnapshotRestoreOnStart is set: the FSM's engine records its applied
+// index with every batch and resumes from it (fsm/doc.go), so a restart
+// replays only the log tail and never re-ingests a snapshot. Start turns
+// restoring back on only when the FSM is behind the latest snapshot's
+// manifest (a crash during the install of a snapshot received from the
+// leader, or a lost engine directory).
+//
+// # Bootstrap and membership
+//
+// BootstrapExpect = 1 bootstraps a single-node configuration (cmd/node's
+// default without --join). BootstrapExpect = N > 1 waits until N servers
+// are alive in gossip; the one with the lowest ID asks every other one for
+// its Status and, if none has raft state (a term, a log or a leader),
+// bootstraps a configuration of all of them (Consul's approach); the
+// others receive it from the first leader. BootstrapExpect = 0 waits to be
+// added. A node with raft state never bootstraps.
+//
+// The leader runs membership.Reconcile after every gossip change and every
+// ReconcileInterval, with Config.Now as its clock. Follower progress comes
+// from each follower's Status over gRPC (as raft-autopilot does: raft does
+// not export the leader's replication state): a follower is healthy if it
+// answers and follows this leader in the current term. The actions are
+// applied as compare-and-set configuration changes (membership.Applier).
+//
+// Every node records the gossip addresses of its alive peers in
+// DataDir/gossip-peers and adds them to its Join seeds on the next start,
+// so a restarted node finds its cluster without --join.
+//
+// # Writes
+//
+// A write is validated (fsm.Validate: empty key, key over 64 KiB, value
+// over MaxValueSize → InvalidArgument), then on the leader proposed with
+// raft.Apply and answered with the FSM's result; a follower forwards it to
+// the leader over a cached gRPC connection, adding one to the
+// cairnpb.ForwardHopsKey metadata; at cairnpb.MaxForwardHops the request
+// fails with a NotLeader detail instead. A node that does not know the
+// leader waits for one up to LeaderWaitTimeout. Writes carrying client_id
+// and seq are applied at most once by the FSM, whichever node a retry
+// reaches.
+//
+// # Reads
+//
+// SERIALIZABLE reads are served from the local engine by any node.
+// LINEARIZABLE reads (the default) go to the leader (forwarded like writes)
+// and use the read-index protocol; see Node.readIndex. A new leader serves
+// them only after a barrier of its own term has been applied, so its commit
+// index covers everything earlier leaders committed. Because raft never
+// hands LogNoop and LogBarrier entries to the FSM, the wait for the read
+// index is for the last command or configuration entry at or below it
+// (found through the log cache).
+//
+// Leadership is confirmed by committing a barrier entry appended after the
+// read arrived (one per batch of concurrent reads), not by raft's
+// VerifyLeader: VerifyLeader counts any heartbeat response that arrives
+// after the call, even one to a heartbeat sent before it, so a leader paused
+// for longer than an election (SIGSTOP, a VM stall) could confirm a read
+// with a stale response waiting in its socket.
+//
+// # Errors
+//
+// Requests fail with gRPC statuses: InvalidArgument (bad request);
+// Unavailable with a cairnpb.NotLeader detail (no leader known, leadership
+// lost during the request, the hop limit, a halted or closed state
+// machine); DeadlineExceeded (the request's deadline, raft's enqueue
+// timeout); ResourceExhausted (a message over the size limit; a write whose
+// deadline passed while committed entries waited for a stalled engine);
+// AlreadyExists (a duplicate of an applied write whose result the session
+// no longer holds); FailedPrecondition (a conditional membership change
+// whose configuration moved on); DataLoss (corruption); Internal otherwise.
+// A write that fails with Unavailable or DeadlineExceeded may or may not
+// have been applied: retry it with the same client_id and seq.
+//
+// # Ports
+//
+// Defaults: gRPC 127.0.0.1:7379, raft 127.0.0.1:7380, gossip (TCP and
+// UDP) 127.0.0.1:7381. Port 0 picks a free port (tests); the advertised
+// addresses default to the listen addresses, with a private IP of the host
+// for an all-interfaces bind.
+//
+// # Data directory
+//
+//	DataDir/
+//	  LOCK               flock held while the node runs
+//	  node-id            the node's ID, checked on every start
+//	  gossip-peers       gossip addresses of the last known alive peers
+//	  raft/raft.db       raft-boltdb log and stable store (or raft/wal/)
+//	  raft/snapshots/    raft's FileSnapshotStore (SST-checkpoint streams)
+//	  fsm/               the state machine: engine/, checkpoints (fsm/doc.go)
+package cluster

@@ -1,0 +1,134 @@
+package cluster
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cairnkv/cairn/api/cairnpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+)
+
+// forwarder keeps one gRPC client connection per peer address, for
+// forwarding requests to the leader and for the leader's status polls.
+type forwarder struct {
+	maxMsg int
+	mu     struct {
+		sync.Mutex
+		conns  map[string]*grpc.ClientConn
+		closed bool
+	}
+}
+
+func newForwarder(maxValueSize int) *forwarder {
+	f := &forwarder{maxMsg: maxMessageSize(maxValueSize)}
+	f.mu.conns = make(map[string]*grpc.ClientConn)
+	return f
+}
+
+// conn returns the cached connection to addr, creating it if needed
+// (grpc.NewClient connects lazily and reconnects by itself).
+func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.closed {
+		return nil, ErrShutdown
+	}
+	if c, ok := f.mu.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(f.maxMsg), grpc.MaxCallSendMsgSize(f.maxMsg)),
+	)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.conns[addr] = c
+	return c, nil
+}
+
+func (f *forwarder) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.closed = true
+	for _, c := range f.mu.conns {
+		c.Close()
+	}
+	f.mu.conns = nil
+}
+
+// incomingHops returns how many times the request in ctx was forwarded.
+func incomingHops(ctx context.Context) int {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return 0
+	}
+	vs := md.Get(cairnpb.ForwardHopsKey)
+	if len(vs) == 0 {
+		return 0
+	}
+	h, err := strconv.Atoi(vs[0])
+	if err != nil || h < 0 {
+		return cairnpb.MaxForwardHops // malformed: do not forward further
+	}
+	return h
+}
+
+// leaderTarget returns a context and connection for forwarding the request
+// in ctx to the leader: it waits (up to LeaderWaitTimeout) for a leader
+// whose gRPC address gossip knows. It fails with a NotLeader status when
+// the hop limit is reached, when this node became the leader meanwhile
+// (errBecameLeader), or when no leader can be found.
+func (n *Node) leaderTarget(ctx context.Context) (context.Context, *grpc.ClientConn, error) {
+	hops := incomingHops(ctx)
+	if hops >= cairnpb.MaxForwardHops {
+		id, addr := n.Leader()
+		return nil, nil, notLeaderError(id, addr, "request forwarded %d times without reaching the leader", hops)
+	}
+	id, addr, err := n.waitLeaderAddr(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if id == n.cfg.ID {
+		return nil, nil, errBecameLeader
+	}
+	conn, err := n.fwd.conn(addr)
+	if err != nil {
+		return nil, nil, notLeaderError(id, addr, "cannot forward to the leader: %v", err)
+	}
+	out := metadata.Pairs(cairnpb.ForwardHopsKey, strconv.Itoa(hops+1))
+	return metadata.NewOutgoingContext(ctx, out), conn, nil
+}
+
+// waitLeaderAddr waits until a leader and its gRPC address are known.
+func (n *Node) waitLeaderAddr(ctx context.Context) (id, addr string, err error) {
+	wctx, cancel := context.WithTimeout(ctx, n.cfg.LeaderWaitTimeout)
+	defer cancel()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		ch := n.leaderChange.wait()
+		id, addr = n.Leader()
+		if id != "" && addr != "" {
+			return id, addr, nil
+		}
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return "", "", ctx.Err()
+			}
+			if id == "" {
+				return "", "", notLeaderError("", "", "no leader known")
+			}
+			return "", "", notLeaderError(id, "", "leader %s has no known gRPC address", id)
+		case <-n.ctx.Done():
+			return "", "", ErrShutdown
+		case <-ch:
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package cluster
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cairnkv/cairn/api/cairnpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestMembershipChangesWhileWriting grows a 3-node cluster to 5 by starting
+// nodes that only join gossip (the leader's reconcile loop adds them as
+// non-voters and promotes them), adds and removes a member through the API,
+// and then shrinks it by graceful leaves (a follower, then the leader) that
+// the reconcile loop turns into removals, all under a write load; no
+// acknowledged write is lost.
+func TestMembershipChangesWhileWriting(t *testing.T) {
+	tc := newTestCluster(t)
+	nodes := tc.formCluster(3, nil)
+	tc.setLoadTargets()
+	load := startWriteLoad(tc, 4)
+
+	// Grow: n4 and n5 join gossip and are added, then promoted together.
+	for _, id := range []string{"n4", "n5"} {
+		cfg := testConfig(t, id)
+		cfg.Join = []string{nodes[0].GossipAddr()}
+		nodes = append(nodes, tc.start(cfg, nil))
+	}
+	tc.setLoadTargets()
+	waitFor(t, 20*time.Second, "5 voters", func() bool {
+		l := tc.leader()
+		return tc.voters(l) == 5 && len(configIDs(l)) == 5
+	})
+
+	// The API: add a member that gossip does not know, then remove it,
+	// through a follower (forwarded).
+	var follower *Node
+	for _, n := range tc.live() {
+		if !n.IsLeader() {
+			follower = n
+			break
+		}
+	}
+	admin := tc.admin(follower)
+	ctx := ctxTimeout(t, 10*time.Second)
+	if _, err := admin.AddMember(ctx, &cairnpb.AddMemberRequest{Id: "ghost", RaftAddr: "127.0.0.1:1", NonVoter: true}); err != nil {
+		t.Fatal(err)
+	}
+	if ids := configIDs(tc.leader()); !slices.Contains(ids, "ghost") {
+		t.Fatalf("configuration after AddMember: %v", ids)
+	}
+	if _, err := admin.RemoveMember(ctx, &cairnpb.RemoveMemberRequest{Id: "ghost"}); err != nil {
+		t.Fatal(err)
+	}
+	if ids := configIDs(tc.leader()); slices.Contains(ids, "ghost") {
+		t.Fatalf("configuration after RemoveMember: %v", ids)
+	}
+	if _, err := admin.RemoveMember(ctx, &cairnpb.RemoveMemberRequest{Id: "ghost"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("removing a removed member: %v", err)
+	}
+	if _, err := admin.AddMember(ctx, &cairnpb.AddMemberRequest{Id: "x", RaftAddr: "nope"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("adding with a bad address: %v", err)
+	}
+
+	// Shrink: a follower leaves gracefully and is removed.
+	if err := follower.Shutdown(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	tc.setLoadTargets()
+	waitFor(t, 20*time.Second, follower.ID()+" removed", func() bool {
+		return !slices.Contains(configIDs(tc.leader()), follower.ID())
+	})
+
+	// The leader leaves gracefully: it hands over leadership, and the new
+	// leader removes it.
+	old := tc.leader()
+	if err := old.Shutdown(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	tc.setLoadTargets()
+	waitFor(t, 20*time.Second, old.ID()+" removed", func() bool {
+		return !slices.Contains(configIDs(tc.leader()), old.ID())
+	})
+	ids := configIDs(tc.leader())
+	if len(ids) != 3 {
+		t.Fatalf("configuration after two leaves: %v", ids)
+	}
+	count := load.count()
+	waitFor(t, 10*time.Second, "writes after the changes", func() bool { return load.count() >= count+50 })
+	acked := load.finish()
+	t.Logf("%d writes acknowledged, %d retried; configuration %v", len(acked), load.retries.Load(), ids)
+	checkAcked(t, tc, acked)
+	assertSameState(t, tc.live())
+}
+
+// TestReconcileKeepsFailedMemberBelowMinQuorum: a crashed follower is not
+// removed, even past the grace period, while that would go below
+// MinQuorum; Members reports it dead and unhealthy.
+func TestReconcileKeepsFailedMemberBelowMinQuorum(t *testing.T) {
+	tc := newTestCluster(t)
+	nodes := tc.formCluster(3, func(c *Config) { c.Policy.FailedGracePeriod = 100 * time.Millisecond })
+	leader := tc.leader()
+	var victim *Node
+	for _, n := range nodes {
+		if n != leader {
+			victim = n
+			break
+		}
+	}
+	if err := victim.kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for gossip to declare it dead, plus a few reconcile rounds.
+	waitFor(t, 15*time.Second, "gossip to see the crash", func() bool {
+		m, ok := leader.member(victim.ID())
+		return ok && m.State != 0
+	})
+	rounds := leader.reconcileRounds.Load()
+	waitFor(t, 10*time.Second, "5 reconcile rounds", func() bool { return leader.reconcileRounds.Load() >= rounds+5 })
+	if !slices.Contains(configIDs(leader), victim.ID()) {
+		t.Fatalf("crashed member removed below MinQuorum: %v", configIDs(leader))
+	}
+	ms, err := tc.admin(leader).Members(ctxTimeout(t, 5*time.Second), &cairnpb.MembersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms.GetMembers() {
+		if m.GetId() == victim.ID() && (m.GetHealthy() || m.GetStatus() != cairnpb.MemberStatus_DEAD) {
+			t.Fatalf("crashed member reported %v", m)
+		}
+		if m.GetId() != victim.ID() && !m.GetHealthy() {
+			t.Fatalf("live member reported %v", m)
+		}
+	}
+}

@@ -1,0 +1,620 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairnkv/cairn/api/cairnpb"
+	"github.com/cairnkv/cairn/cluster/membership"
+	"github.com/cairnkv/cairn/fsm"
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+)
+
+// ErrNotStarted is returned by methods that need a started node.
+var ErrNotStarted = errors.New("cluster: node not started")
+
+// ErrShutdown is returned by Start after Shutdown.
+var ErrShutdown = errors.New("cluster: node shut down")
+
+// Node is one cairn server: a raft member whose state machine is an fsm.FSM,
+// discovered by its peers through memberlist, serving the KV and Cluster
+// gRPC services. See doc.go for its parts and their lifecycle.
+//
+// Create it with New, then Start it; Shutdown stops it (once). Its methods
+// are safe for concurrent use.
+type Node struct {
+	cfg  Config
+	deps Deps
+	log  *slog.Logger
+
+	// Set by Start, read-only afterwards.
+	fsm        *raftFSM
+	raft       *raft.Raft
+	logs       raft.LogStore          // the log cache over the log store
+	closers    []io.Closer            // stores the node opened, closed last
+	lock       *os.File               // the data directory's lock, released at the very end
+	netTrans   *raft.NetworkTransport // the TCP transport, if the node made it
+	disc       *membership.Discovery
+	grpc       *grpc.Server
+	health     *health.Server
+	lis        net.Listener
+	fwd        *forwarder
+	notifyCh   chan bool
+	grpcAddr   string // advertised
+	raftAddr   string // advertised
+	gossipAddr string // advertised
+	applier    *membership.Applier
+
+	// readyTerm is the term in which this node, as leader, completed its
+	// barrier: from then on its commit index covers every entry committed
+	// by earlier leaders, and it may serve linearizable reads.
+	readyTerm atomic.Uint64
+	// leaderChange wakes waiters on readyTerm and on leadership.
+	leaderChange notifier
+	// reads batches linearizable reads' leadership confirmations.
+	reads readBarrier
+
+	// members caches the gossip view by ID, refreshed on every membership
+	// change by watchMembers.
+	members atomic.Pointer[map[string]membership.Member]
+	// reconcilePoke and bootstrapPoke wake the loops that act on
+	// membership changes (coalescing channels of capacity one).
+	reconcilePoke chan struct{}
+	bootstrapPoke chan struct{}
+	// progress is the leader's latest view of its followers (nil on
+	// followers), for Members.
+	progress atomic.Pointer[map[raft.ServerID]membership.ServerProgress]
+	// reconcileRounds counts reconcile rounds (for tests).
+	reconcileRounds atomic.Uint64
+	// savedPeers is what savePeers last wrote.
+	savedPeers []string
+
+	ctx    context.Context // cancelled by Shutdown
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	lifeMu   sync.Mutex
+	started  bool // REQUIRES: lifeMu
+	shutdown bool // REQUIRES: lifeMu
+}
+
+// New checks cfg and returns a node ready to Start. deps may be nil.
+func New(cfg Config, deps *Deps) (*Node, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: c, log: c.Logger.With("node", c.ID)}
+	if deps != nil {
+		n.deps = *deps
+	}
+	if (n.deps.LogStore == nil) != (n.deps.StableStore == nil) {
+		return nil, fmt.Errorf("%w: supply both a LogStore and a StableStore, or neither", ErrInvalidConfig)
+	}
+	n.leaderChange.init()
+	n.reconcilePoke = make(chan struct{}, 1)
+	n.bootstrapPoke = make(chan struct{}, 1)
+	empty := map[string]membership.Member{}
+	n.members.Store(&empty)
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	return n, nil
+}
+
+// Start opens the node's stores, starts raft, gossip and the gRPC server,
+// and joins or bootstraps the cluster as configured. It returns once the
+// node serves; it does not wait for a leader (see WaitLeader). On error
+// everything started is stopped again.
+func (n *Node) Start() (err error) {
+	n.lifeMu.Lock()
+	defer n.lifeMu.Unlock()
+	switch {
+	case n.shutdown:
+		return ErrShutdown
+	case n.started:
+		return errors.New("cluster: node already started")
+	}
+	defer func() {
+		if err != nil {
+			n.cancel()
+			n.stopLocked(context.Background(), false)
+			n.shutdown = true
+		}
+	}()
+	c := &n.cfg
+	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
+		return fmt.Errorf("cluster: data directory: %w", err)
+	}
+	lock, err := lockDataDir(c.DataDir)
+	if err != nil {
+		return err
+	}
+	n.lock = lock
+	if err := checkNodeID(c.DataDir, c.ID); err != nil {
+		return err
+	}
+	raftDir := filepath.Join(c.DataDir, raftDirName)
+	if err := os.MkdirAll(raftDir, 0o755); err != nil {
+		return fmt.Errorf("cluster: data directory: %w", err)
+	}
+
+	// Listeners and gossip first: a port in use fails fast, before any
+	// state opens.
+	n.lis, err = net.Listen("tcp", c.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("cluster: gRPC address %s: %w", c.GRPCAddr, err)
+	}
+	if n.grpcAddr, err = advertiseAddr(c.AdvertiseGRPCAddr, n.lis.Addr()); err != nil {
+		return fmt.Errorf("cluster: gRPC address %s: %w", c.GRPCAddr, err)
+	}
+	trans := n.deps.Transport
+	if trans == nil {
+		nt, err := n.newTCPTransport()
+		if err != nil {
+			return err
+		}
+		trans = nt
+		n.netTrans = nt
+		n.closers = append(n.closers, nt)
+	}
+	n.raftAddr = string(trans.LocalAddr())
+	n.fwd = newForwarder(n.cfg.MaxValueSize)
+	if err := n.startGossip(); err != nil {
+		return err
+	}
+
+	// Raft's stores.
+	logStore, stable := n.deps.LogStore, n.deps.StableStore
+	if logStore == nil {
+		var closer io.Closer
+		logStore, stable, closer, err = openLogStore(c.RaftLogStore, raftDir)
+		if err != nil {
+			return err
+		}
+		n.closers = append(n.closers, closer)
+	}
+	if n.logs, err = raft.NewLogCache(logCacheSize, logStore); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	snaps := n.deps.SnapshotStore
+	if snaps == nil {
+		fss, err := raft.NewFileSnapshotStoreWithLogger(raftDir, c.SnapshotRetain,
+			newHCLogger("snapshot", n.log, c.RaftLogLevel))
+		if err != nil {
+			return fmt.Errorf("cluster: snapshot store: %w", err)
+		}
+		snaps = fss
+	}
+
+	// The state machine.
+	f, err := fsm.New(filepath.Join(c.DataDir, fsmDirName), &fsm.Options{
+		Engine:       c.Engine,
+		MaxValueSize: c.MaxValueSize,
+		Logger:       log.New(slogWriter{n.log}, "", 0),
+	})
+	if err != nil {
+		return err
+	}
+	n.fsm = &raftFSM{FSM: f}
+	restore, why, err := restoreOnStart(snaps, f)
+	if err != nil {
+		return err
+	}
+	n.log.Info("cluster: opened state machine", "applied_index", f.AppliedIndex(), "restore_snapshot", restore, "why", why)
+
+	// Raft.
+	rc := c.raftConfig()
+	rc.NoSnapshotRestoreOnStart = !restore
+	rc.Logger = newHCLogger("raft", n.log, c.RaftLogLevel)
+	n.notifyCh = make(chan bool, 16)
+	rc.NotifyCh = n.notifyCh
+	hasState, err := raft.HasExistingState(n.logs, stable, snaps)
+	if err != nil {
+		return fmt.Errorf("cluster: reading raft state: %w", err)
+	}
+	if n.raft, err = raft.NewRaft(rc, n.fsm, n.logs, stable, snaps, trans); err != nil {
+		return fmt.Errorf("cluster: starting raft: %w", err)
+	}
+	n.applier = &membership.Applier{Raft: n.raft, Timeout: c.ApplyTimeout}
+
+	// gRPC.
+	n.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxMessageSize(c.MaxValueSize)),
+		grpc.MaxSendMsgSize(maxMessageSize(c.MaxValueSize)),
+	)
+	cairnpb.RegisterKVServer(n.grpc, &kvService{n: n})
+	cairnpb.RegisterClusterServer(n.grpc, &clusterService{n: n})
+	n.health = health.NewServer()
+	healthpb.RegisterHealthServer(n.grpc, n.health)
+	reflection.Register(n.grpc)
+	for _, svc := range []string{"", cairnpb.KV_ServiceDesc.ServiceName, cairnpb.Cluster_ServiceDesc.ServiceName} {
+		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+	}
+	lis := n.lis
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Error("cluster: gRPC server stopped", "err", err)
+		}
+	}()
+
+	// Background loops.
+	n.wg.Add(2)
+	go n.watchMembers()
+	go n.leadershipLoop()
+	seeds := slices.Clone(c.Join)
+	for _, p := range loadPeers(c.DataDir) {
+		if p != n.gossipAddr && !slices.Contains(seeds, p) {
+			seeds = append(seeds, p)
+		}
+	}
+	if len(seeds) > 0 {
+		n.wg.Add(1)
+		go n.joinLoop(seeds)
+	}
+	switch {
+	case hasState:
+		n.log.Info("cluster: resuming with existing raft state")
+	case c.BootstrapExpect == 1:
+		if err := n.bootstrap([]raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(c.ID), Address: raft.ServerAddress(n.raftAddr)}}); err != nil {
+			return err
+		}
+	case c.BootstrapExpect > 1:
+		n.wg.Add(1)
+		go n.bootstrapLoop()
+	default:
+		n.log.Info("cluster: waiting to be added to a cluster")
+	}
+	n.started = true
+	n.log.Info("cluster: node started", "grpc", n.grpcAddr, "raft", n.raftAddr, "gossip", n.gossipAddr)
+	return nil
+}
+
+// maxMessageSize bounds gRPC messages: the largest value and key with room
+// for the rest of a request.
+func maxMessageSize(maxValue int) int {
+	return maxValue + cairnpb.MaxKeySize + 1<<20
+}
+
+func (n *Node) newTCPTransport() (*raft.NetworkTransport, error) {
+	c := &n.cfg
+	var adv net.Addr
+	switch {
+	case c.AdvertiseRaftAddr != "":
+		a, err := resolveTCP(c.AdvertiseRaftAddr)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: advertised raft address: %w", err)
+		}
+		adv = a
+	default:
+		host, port, err := splitHostPort(c.RaftAddr)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: raft address: %w", err)
+		}
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			if port == 0 {
+				return nil, fmt.Errorf("cluster: raft address %s binds all interfaces on a random port: set an advertised raft address", c.RaftAddr)
+			}
+			s, err := advertiseAddr("", &net.TCPAddr{IP: net.IPv4zero, Port: port})
+			if err != nil {
+				return nil, fmt.Errorf("cluster: raft address %s: %w", c.RaftAddr, err)
+			}
+			if adv, err = resolveTCP(s); err != nil {
+				return nil, fmt.Errorf("cluster: raft address %s: %w", c.RaftAddr, err)
+			}
+		}
+	}
+	t, err := raft.NewTCPTransportWithConfig(c.RaftAddr, adv, &raft.NetworkTransportConfig{
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  newHCLogger("raft-net", n.log, c.RaftLogLevel),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: raft address %s: %w", c.RaftAddr, err)
+	}
+	return t, nil
+}
+
+func (n *Node) startGossip() error {
+	c := &n.cfg
+	host, port, err := splitHostPort(c.GossipAddr)
+	if err != nil {
+		return fmt.Errorf("cluster: gossip address: %w", err)
+	}
+	mc := membership.Config{
+		Meta: membership.Meta{
+			ID:       c.ID,
+			RaftAddr: n.raftAddr,
+			GRPCAddr: n.grpcAddr,
+			NonVoter: c.NonVoter,
+		},
+		BindAddr:  host,
+		BindPort:  port,
+		Profile:   c.GossipProfile,
+		SecretKey: c.GossipKey,
+		Logger:    n.log.With("component", "memberlist"),
+		Now:       c.Now,
+		Tune:      c.GossipTune,
+	}
+	if c.AdvertiseGossipAddr != "" {
+		ah, ap, err := splitHostPort(c.AdvertiseGossipAddr)
+		if err != nil {
+			return fmt.Errorf("cluster: advertised gossip address: %w", err)
+		}
+		mc.AdvertiseAddr, mc.AdvertisePort = ah, ap
+	}
+	if n.disc, err = membership.New(mc); err != nil {
+		return fmt.Errorf("cluster: gossip address %s: %w", c.GossipAddr, err)
+	}
+	n.gossipAddr = n.disc.LocalAddr()
+	n.refreshMembers()
+	return nil
+}
+
+// Shutdown stops the node gracefully: it stops reporting healthy, announces
+// its leave to the cluster, hands leadership to another voter if it leads,
+// drains the gRPC server, and then stops raft and closes its stores and the
+// engine. ctx bounds the graceful steps (each is also bounded by
+// Config.ShutdownTimeout); the node is stopped in any case. Calling it again
+// does nothing.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.lifeMu.Lock()
+	defer n.lifeMu.Unlock()
+	if n.shutdown {
+		return nil
+	}
+	n.shutdown = true
+	if !n.started {
+		n.cancel()
+		return nil
+	}
+	return n.stopLocked(ctx, true)
+}
+
+// stopLocked stops everything Start started. graceful adds the leave, the
+// leadership transfer and the gRPC drain. REQUIRES: lifeMu held.
+func (n *Node) stopLocked(ctx context.Context, graceful bool) error {
+	step := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(ctx, n.cfg.ShutdownTimeout)
+	}
+	var errs []error
+	if n.health != nil {
+		n.health.Shutdown() // every service NOT_SERVING
+	}
+	if graceful && n.disc != nil {
+		// Each of the leave's two broadcasts normally goes out within a
+		// gossip interval; if no peer is left to take it, do not wait long.
+		if err := n.disc.Leave(min(n.cfg.ShutdownTimeout, time.Second)); err != nil {
+			n.log.Warn("cluster: leaving gossip", "err", err)
+		}
+	}
+	if graceful && n.raft != nil && n.raft.State() == raft.Leader && n.hasOtherVoter() {
+		sctx, cancel := step()
+		if err := n.transferLeadership(sctx, ""); err != nil {
+			n.log.Warn("cluster: transferring leadership before shutdown", "err", err)
+		}
+		cancel()
+	}
+	if n.grpc != nil {
+		if graceful {
+			sctx, cancel := step()
+			done := make(chan struct{})
+			go func() { n.grpc.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-sctx.Done():
+				n.grpc.Stop()
+				<-done
+			}
+			cancel()
+		} else {
+			n.grpc.Stop()
+		}
+	} else if n.lis != nil {
+		n.lis.Close()
+	}
+	n.cancel()
+	if n.raft != nil {
+		if err := n.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("cluster: raft shutdown: %w", err))
+		}
+	}
+	if n.netTrans != nil {
+		// raft closes the listener; close the pooled connections too, so
+		// that peers' handlers of them (and ours of theirs) end.
+		n.netTrans.CloseStreams()
+	}
+	if n.disc != nil {
+		if err := n.disc.Shutdown(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	n.wg.Wait()
+	if n.fwd != nil {
+		n.fwd.close()
+	}
+	for i := len(n.closers) - 1; i >= 0; i-- {
+		if err := n.closers[i].Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, fmt.Errorf("cluster: closing: %w", err))
+		}
+	}
+	if n.fsm != nil {
+		if err := n.fsm.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.lock != nil {
+		n.lock.Close()
+	}
+	n.leaderChange.notify()
+	if len(errs) == 0 && n.started {
+		n.log.Info("cluster: node stopped", "graceful", graceful)
+	}
+	return errors.Join(errs...)
+}
+
+// hasOtherVoter reports whether the configuration has a voter besides
+// this node.
+func (n *Node) hasOtherVoter() bool {
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return false
+	}
+	for _, s := range cf.Configuration().Servers {
+		if s.Suffrage == raft.Voter && s.ID != raft.ServerID(n.cfg.ID) {
+			return true
+		}
+	}
+	return false
+}
+
+// kill stops the node abruptly, as a crash would (but with files closed):
+// no leave, no leadership transfer, no drain. For tests.
+func (n *Node) kill() error {
+	n.lifeMu.Lock()
+	defer n.lifeMu.Unlock()
+	if n.shutdown {
+		return nil
+	}
+	n.shutdown = true
+	if !n.started {
+		n.cancel()
+		return nil
+	}
+	return n.stopLocked(context.Background(), false)
+}
+
+// ID returns the node's ID.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// GRPCAddr returns the advertised gRPC address (valid after Start).
+func (n *Node) GRPCAddr() string { return n.grpcAddr }
+
+// RaftAddr returns the advertised raft address (valid after Start).
+func (n *Node) RaftAddr() string { return n.raftAddr }
+
+// GossipAddr returns the advertised gossip address, for other nodes' Join
+// (valid after Start).
+func (n *Node) GossipAddr() string { return n.gossipAddr }
+
+// Leader returns the current leader's ID and gRPC address as this node
+// knows them; empty if it knows no leader (the address is empty while
+// gossip has not told it).
+func (n *Node) Leader() (id, grpcAddr string) {
+	if n.raft == nil {
+		return "", ""
+	}
+	_, lid := n.raft.LeaderWithID()
+	if lid == "" {
+		return "", ""
+	}
+	return string(lid), n.memberGRPCAddr(string(lid))
+}
+
+// IsLeader reports whether this node is the raft leader.
+func (n *Node) IsLeader() bool {
+	return n.raft != nil && n.raft.State() == raft.Leader
+}
+
+// WaitLeader waits until this node knows a leader, and returns its ID.
+func (n *Node) WaitLeader(ctx context.Context) (string, error) {
+	if n.raft == nil {
+		return "", ErrNotStarted
+	}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, id := n.raft.LeaderWithID(); id != "" {
+			return string(id), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-n.ctx.Done():
+			return "", ErrShutdown
+		case <-t.C:
+		}
+	}
+}
+
+// AppliedIndex returns the raft index the state machine has applied.
+func (n *Node) AppliedIndex() uint64 {
+	if n.fsm == nil {
+		return 0
+	}
+	return n.fsm.AppliedIndex()
+}
+
+// raftFSM is the FSM as raft sees it; it counts restores, so that tests and
+// the Status log can tell a snapshot install from a restart.
+type raftFSM struct {
+	*fsm.FSM
+	restores atomic.Int64
+	// beforeApply, if set, runs before each batch is applied (tests use it
+	// to stall the state machine).
+	beforeApply atomic.Pointer[func()]
+}
+
+func (r *raftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	if h := r.beforeApply.Load(); h != nil {
+		(*h)()
+	}
+	return r.FSM.ApplyBatch(logs)
+}
+
+func (r *raftFSM) Apply(l *raft.Log) interface{} {
+	return r.ApplyBatch([]*raft.Log{l})[0]
+}
+
+func (r *raftFSM) Restore(rc io.ReadCloser) error {
+	r.restores.Add(1)
+	return r.FSM.Restore(rc)
+}
+
+var _ raft.BatchingFSM = (*raftFSM)(nil)
+
+// notifier wakes every waiter on a condition: waiters take the current
+// channel, check their condition, and wait on the channel, which notify
+// closes and replaces.
+type notifier struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (nf *notifier) init() { nf.ch = make(chan struct{}) }
+
+func (nf *notifier) wait() <-chan struct{} {
+	nf.mu.Lock()
+	defer nf.mu.Unlock()
+	return nf.ch
+}
+
+func (nf *notifier) notify() {
+	nf.mu.Lock()
+	defer nf.mu.Unlock()
+	close(nf.ch)
+	nf.ch = make(chan struct{})
+}
+
+// poke does a non-blocking send on a coalescing channel of capacity one.
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,240 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cairnkv/cairn/api/cairnpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// TestReadIndexAgreesWithBarrierRead checks the read-index path against the
+// dumb linearizable read (a raft barrier, then a local read) while one
+// writer increments a counter: every read returns at least the last value
+// acknowledged before it began, and the two kinds of read, alternated, never
+// go back in time relative to each other.
+func TestReadIndexAgreesWithBarrierRead(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.formCluster(3, nil)
+	tc.setLoadTargets()
+	var acked atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := int64(1); ; {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// Any node: followers forward. A failed put is retried (it
+			// writes the same value, so applying it twice is harmless).
+			conns := tc.liveConns()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := cairnpb.NewKVClient(conns[i%int64(len(conns))]).Put(ctx, &cairnpb.PutRequest{Key: []byte("ctr"), Value: []byte(strconv.FormatInt(i, 10))})
+			cancel()
+			if err == nil {
+				acked.Store(i)
+				i++
+			}
+		}
+	}()
+	value := func(kvp *cairnpb.KeyValue) int64 {
+		if kvp == nil {
+			return 0
+		}
+		v, err := strconv.ParseInt(string(kvp.GetValue()), 10, 64)
+		if err != nil {
+			t.Fatalf("bad counter %q", kvp.GetValue())
+		}
+		return v
+	}
+	// The reads on the leader retry on another leader if leadership moves
+	// (possible on a loaded machine); only successful reads are checked.
+	readIndexRead := func() int64 {
+		for {
+			leader := tc.leader()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := leader.readIndex(ctx)
+			cancel()
+			if err != nil {
+				t.Logf("read index on %s: %v; retrying", leader.ID(), err)
+				continue
+			}
+			kvp, err := leader.fsm.Get([]byte("ctr"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return value(kvp)
+		}
+	}
+	barrierRead := func() int64 {
+		for {
+			leader := tc.leader()
+			if err := leader.raft.Barrier(5 * time.Second).Error(); err != nil {
+				t.Logf("barrier on %s: %v; retrying", leader.ID(), err)
+				continue
+			}
+			kvp, err := leader.fsm.Get([]byte("ctr"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return value(kvp)
+		}
+	}
+	forwardedRead := func() int64 {
+		for {
+			var follower *Node
+			for _, n := range tc.live() {
+				if !n.IsLeader() {
+					follower = n
+				}
+			}
+			r, err := tc.kv(follower).Get(ctxTimeout(t, 5*time.Second), &cairnpb.GetRequest{Key: []byte("ctr")})
+			if err != nil {
+				t.Logf("read through %s: %v; retrying", follower.ID(), err)
+				continue
+			}
+			return value(r.GetKv())
+		}
+	}
+	prev := int64(0)
+	reads := []func() int64{readIndexRead, barrierRead, forwardedRead}
+	for i := range 300 {
+		lo := acked.Load()
+		v := reads[i%len(reads)]()
+		if v < lo || v < prev {
+			t.Fatalf("read %d (kind %d) = %d; acknowledged before it began: %d; previous read: %d", i, i%len(reads), v, lo, prev)
+		}
+		prev = v
+	}
+	close(stop)
+	wg.Wait()
+	if acked.Load() < 10 {
+		t.Fatalf("only %d writes during the reads", acked.Load())
+	}
+}
+
+// TestForwardHopLimit: a request that has been forwarded MaxForwardHops
+// times fails on a follower with Unavailable and a NotLeader detail naming
+// the leader, instead of being forwarded again.
+func TestForwardHopLimit(t *testing.T) {
+	tc := newTestCluster(t)
+	nodes := tc.formCluster(3, nil)
+	leader := tc.leader()
+	var follower *Node
+	for _, n := range nodes {
+		if n != leader {
+			follower = n
+		}
+	}
+	ctx := metadata.AppendToOutgoingContext(ctxTimeout(t, 5*time.Second), cairnpb.ForwardHopsKey, fmt.Sprint(cairnpb.MaxForwardHops))
+	_, err := tc.kv(follower).Put(ctx, &cairnpb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || len(st.Details()) != 1 {
+		t.Fatalf("put with exhausted hops: %v", err)
+	}
+	nl, ok := st.Details()[0].(*cairnpb.NotLeader)
+	if !ok || tc.nodes[nl.GetLeaderId()] == nil || nl.GetLeaderGrpcAddr() != tc.nodes[nl.GetLeaderId()].GRPCAddr() {
+		t.Fatalf("detail = %v", st.Details())
+	}
+	// The leader itself serves it: hops only matter for forwarding.
+	if _, err := tc.kv(leader).Put(ctx, &cairnpb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil && leader.IsLeader() {
+		t.Fatal(err)
+	}
+	put(t, tc.kv(leader), "k", "v")
+	// Admin requests forward too.
+	resp, err := tc.admin(follower).TransferLeader(ctxTimeout(t, 10*time.Second), &cairnpb.TransferLeaderRequest{Id: follower.ID()})
+	if err != nil || resp.GetLeaderId() != follower.ID() {
+		t.Fatalf("transfer to %s: %v, %v", follower.ID(), resp, err)
+	}
+	waitFor(t, 10*time.Second, "the new leader to be ready", func() bool {
+		return follower.IsLeader() && follower.readyTerm.Load() == follower.raft.CurrentTerm()
+	})
+	if got := get(t, tc.kv(leader), "k", cairnpb.Consistency_LINEARIZABLE).GetKv(); string(got.GetValue()) != "v" {
+		t.Fatalf("after the transfer: %v", got)
+	}
+}
+
+// TestReadIndexOverNonFSMEntries: when the newest committed entries are a
+// barrier and a no-op, which raft never hands to the FSM, a read index
+// still completes without waiting for another write.
+func TestReadIndexOverNonFSMEntries(t *testing.T) {
+	tc := newTestCluster(t)
+	cfg := testConfig(t, "solo")
+	cfg.BootstrapExpect = 1
+	n := tc.start(cfg, nil)
+	tc.waitReady([]*Node{n}, 1)
+	put(t, tc.kv(n), "k", "v")
+	for range 3 {
+		if err := n.raft.Barrier(time.Second).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n.raft.CommitIndex() <= n.AppliedIndex() {
+		t.Fatalf("commit index %d, applied %d: no trailing barrier", n.raft.CommitIndex(), n.AppliedIndex())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	before := n.raft.CommitIndex()
+	idx, err := n.readIndex(ctx)
+	if err != nil {
+		t.Fatalf("read index over trailing barriers: %v", err)
+	}
+	// The read index is the commit index when the read began (the
+	// confirming barrier commits one more entry after it).
+	if idx != before {
+		t.Fatalf("read index %d, commit index at the read's start %d", idx, before)
+	}
+}
+
+// TestReadBarriersAreBatched: concurrent linearizable reads share the
+// barrier entries that confirm leadership, and each read's barrier was
+// appended after the read began.
+func TestReadBarriersAreBatched(t *testing.T) {
+	tc := newTestCluster(t)
+	cfg := testConfig(t, "solo")
+	cfg.BootstrapExpect = 1
+	n := tc.start(cfg, nil)
+	tc.waitReady([]*Node{n}, 1)
+	put(t, tc.kv(n), "k", "v")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const reads = 64
+	before := n.raft.LastIndex()
+	errs := make(chan error, reads)
+	for range reads {
+		go func() {
+			start := n.raft.LastIndex()
+			if _, err := n.readIndex(ctx); err != nil {
+				errs <- err
+				return
+			}
+			// A barrier appended after start has been committed.
+			if n.raft.CommitIndex() <= start {
+				errs <- fmt.Errorf("read confirmed without a new entry: commit index %d, last index at start %d", n.raft.CommitIndex(), start)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range reads {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if grew := n.raft.LastIndex() - before; grew >= reads {
+		t.Fatalf("%d reads appended %d entries: barriers are not batched", reads, grew)
+	} else {
+		t.Logf("%d concurrent reads appended %d barrier entries", reads, grew)
+	}
+}

@@ -1,0 +1,201 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/cairnkv/cairn/fsm"
+	sockaddr "github.com/hashicorp/go-sockaddr"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	raftwal "github.com/hashicorp/raft-wal"
+	"go.etcd.io/bbolt"
+)
+
+// Names inside Config.DataDir (see doc.go, "Data directory").
+const (
+	nodeIDFileName   = "node-id"
+	peersFileName    = "gossip-peers"
+	raftDirName      = "raft"
+	boltFileName     = "raft.db"
+	walDirName       = "wal"
+	snapshotsDirName = "snapshots" // raft's FileSnapshotStore adds "snapshots" under its base
+	fsmDirName       = "fsm"
+)
+
+// logCacheSize is how many recent entries the raft log cache holds, so that
+// replication does not read back what was just written (Consul uses 512).
+const logCacheSize = 512
+
+// checkNodeID records id in dir on first use and refuses another ID later:
+// the raft state in dir belongs to one server ID.
+func checkNodeID(dir, id string) error {
+	name := filepath.Join(dir, nodeIDFileName)
+	b, err := os.ReadFile(name)
+	switch {
+	case err == nil:
+		if got := string(bytes.TrimSpace(b)); got != id {
+			return fmt.Errorf("cluster: data directory %s belongs to node %q, not %q", dir, got, id)
+		}
+		return nil
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("cluster: %w", err)
+	}
+	tmp := name + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("cluster: data directory %s is not writable: %w", dir, err)
+	}
+	_, err = f.WriteString(id + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, name)
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: recording node ID in %s: %w", dir, err)
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: syncing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// openLogStore opens the configured raft log and stable store in dir. The
+// returned closer closes it.
+func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer, error) {
+	switch kind {
+	case LogStoreWAL:
+		walDir := filepath.Join(dir, walDirName)
+		if err := os.MkdirAll(walDir, 0o755); err != nil {
+			return nil, nil, nil, fmt.Errorf("cluster: raft WAL: %w", err)
+		}
+		w, err := raftwal.Open(walDir)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("cluster: opening raft WAL: %w", err)
+		}
+		return w, w, w, nil
+	default:
+		path := filepath.Join(dir, boltFileName)
+		s, err := raftboltdb.New(raftboltdb.Options{
+			Path: path,
+			BoltOptions: &bbolt.Options{
+				// A second process on the same data directory fails
+				// instead of waiting for the file lock forever.
+				Timeout: time.Second,
+				// Without these bbolt rewrites its whole freelist on
+				// every commit, and writes slow down as the file ages.
+				NoFreelistSync: true,
+				FreelistType:   bbolt.FreelistMapType,
+			},
+		})
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return nil, nil, nil, fmt.Errorf("cluster: %s is locked: another process uses data directory", path)
+		}
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("cluster: opening raft log %s: %w", path, err)
+		}
+		return s, s, s, nil
+	}
+}
+
+// restoreOnStart reports whether raft must restore its latest snapshot
+// into the FSM at startup: only when the FSM's durable applied index is
+// behind the snapshot (a crash interrupted the restore of a snapshot
+// received from the leader, or the engine directory was lost). Otherwise
+// the FSM already holds everything the snapshot holds, and raft replays
+// only the log entries after it (see fsm/doc.go).
+func restoreOnStart(snaps raft.SnapshotStore, f *fsm.FSM) (bool, string, error) {
+	metas, err := snaps.List()
+	if err != nil {
+		return false, "", fmt.Errorf("cluster: listing snapshots: %w", err)
+	}
+	if len(metas) == 0 {
+		return false, "no snapshot", nil
+	}
+	latest := metas[0]
+	_, rc, err := snaps.Open(latest.ID)
+	if err != nil {
+		return false, "", fmt.Errorf("cluster: opening snapshot %s: %w", latest.ID, err)
+	}
+	m, err := fsm.ReadSnapshotManifest(rc)
+	rc.Close()
+	applied := f.AppliedIndex()
+	if err != nil {
+		// Let raft try it (and older ones) if the FSM may be behind.
+		return applied < latest.Index, fmt.Sprintf("snapshot %s unreadable (%v)", latest.ID, err), nil
+	}
+	if applied < m.AppliedIndex {
+		return true, fmt.Sprintf("engine at index %d, snapshot %s at %d", applied, latest.ID, m.AppliedIndex), nil
+	}
+	return false, fmt.Sprintf("engine at index %d holds snapshot %s (at %d)", applied, latest.ID, m.AppliedIndex), nil
+}
+
+// advertiseAddr returns the address to advertise for a listener bound at
+// bound (the actual address, port resolved), or adv if set.
+func advertiseAddr(adv string, bound net.Addr) (string, error) {
+	if adv != "" {
+		return adv, nil
+	}
+	host, port, err := net.SplitHostPort(bound.String())
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		priv, err := sockaddr.GetPrivateIP()
+		if err != nil || priv == "" {
+			return "", fmt.Errorf("listening on all interfaces and no private IP found: set an advertise address")
+		}
+		host = priv
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// resolveTCP resolves a host:port into the *net.TCPAddr raft's TCP
+// transport advertises.
+func resolveTCP(addr string) (*net.TCPAddr, error) {
+	a, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if a.IP == nil || a.IP.IsUnspecified() {
+		return nil, fmt.Errorf("%s is not an address peers can dial", addr)
+	}
+	return a, nil
+}
+
+// splitHostPort splits addr into host and a numeric port.
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port in %q", addr)
+	}
+	return host, port, nil
+}

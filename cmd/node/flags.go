@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/cairnkv/cairn/api/cairnpb"
+	"github.com/cairnkv/cairn/cluster"
+	"github.com/cairnkv/cairn/lsm"
+)
+
+// options are the server's flags.
+type options struct {
+	id, dataDir                             string
+	grpcAddr, raftAddr, gossipAddr          string
+	advGRPCAddr, advRaftAddr, advGossipAddr string
+	join                                    listFlag
+	bootstrapExpect                         int
+	raftLogStore                            string
+	nonVoter                                bool
+	maxValueSize, memtableSize, cacheSize   sizeFlag
+	logLevel                                string
+	configFile                              string
+	fs                                      *flag.FlagSet
+	explicitlySet                           map[string]bool // flags the command line or the file set
+}
+
+func newFlagSet(o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("cairn-node", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.id, "id", "", "node ID, unique in the cluster (default: the one recorded in --data-dir, else the host name)")
+	fs.StringVar(&o.dataDir, "data-dir", "./cairn-data", "data directory")
+	fs.StringVar(&o.grpcAddr, "grpc-addr", cluster.DefaultGRPCAddr, "gRPC listen address")
+	fs.StringVar(&o.raftAddr, "raft-addr", cluster.DefaultRaftAddr, "raft listen address")
+	fs.StringVar(&o.gossipAddr, "gossip-addr", cluster.DefaultGossipAddr, "gossip (memberlist) listen address, TCP and UDP")
+	fs.StringVar(&o.advGRPCAddr, "advertise-grpc-addr", "", "gRPC address other nodes and clients dial (default: the listen address)")
+	fs.StringVar(&o.advRaftAddr, "advertise-raft-addr", "", "raft address other nodes dial (default: the listen address)")
+	fs.StringVar(&o.advGossipAddr, "advertise-gossip-addr", "", "gossip address other nodes dial (default: the listen address)")
+	fs.Var(&o.join, "join", "comma-separated gossip addresses of nodes to join")
+	fs.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "form a new cluster once this many servers are seen (default 1 without --join, 0 with it: join an existing cluster)")
+	fs.StringVar(&o.raftLogStore, "raft-log-store", cluster.LogStoreBoltDB, "raft log store: boltdb or wal")
+	fs.BoolVar(&o.nonVoter, "non-voter", false, "stay a non-voting member (a read replica)")
+	o.maxValueSize = sizeFlag(cairnpb.DefaultMaxValueSize)
+	fs.Var(&o.maxValueSize, "max-value-size", "largest value a write may carry (same on every node), e.g. 16MiB")
+	o.memtableSize = 16 << 20
+	fs.Var(&o.memtableSize, "memtable-size", "engine memtable size, e.g. 64MiB")
+	o.cacheSize = 64 << 20
+	fs.Var(&o.cacheSize, "cache-size", "engine block cache size, e.g. 1GiB")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.configFile, "config", "", "JSON file of flag values (keys are flag names; command-line flags win)")
+	fs.Usage = func() {} // errors are reported in one line; -h prints printUsage
+	return fs
+}
+
+func printUsage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprintf(w, "%s\n\nFlags:\n", usageLine)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// parseFlags parses args and the --config file. Errors are exitErrors with
+// code 2 (flag.ErrHelp for -h, after printing the usage).
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := newFlagSet(o)
+	o.fs = fs
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(fs, stderr)
+			return nil, err
+		}
+		return nil, &exitError{2, fmt.Errorf("%v (%s)", err, usageLine)}
+	}
+	if fs.NArg() > 0 {
+		return nil, &exitError{2, fmt.Errorf("unexpected argument %q (%s)", fs.Arg(0), usageLine)}
+	}
+	o.explicitlySet = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.explicitlySet[f.Name] = true })
+	if o.configFile != "" {
+		if err := o.loadConfigFile(); err != nil {
+			return nil, &exitError{2, err}
+		}
+	}
+	return o, nil
+}
+
+// loadConfigFile sets every flag the file names and the command line did
+// not.
+func (o *options) loadConfigFile() error {
+	b, err := os.ReadFile(o.configFile)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	var m map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&m); err != nil {
+		return fmt.Errorf("config file %s: %w", o.configFile, err)
+	}
+	for name, raw := range m {
+		f := o.fs.Lookup(name)
+		if f == nil || name == "config" {
+			return fmt.Errorf("config file %s: unknown key %q", o.configFile, name)
+		}
+		if o.explicitlySet[name] {
+			continue
+		}
+		var value string
+		var s string
+		var list []string
+		var num json.Number
+		switch {
+		case json.Unmarshal(raw, &s) == nil:
+			value = s
+		case json.Unmarshal(raw, &list) == nil:
+			value = strings.Join(list, ",")
+		case json.Unmarshal(raw, &num) == nil:
+			value = num.String()
+		default:
+			value = strings.TrimSpace(string(raw)) // true, false
+		}
+		if err := o.fs.Set(name, value); err != nil {
+			return fmt.Errorf("config file %s: %s: %v", o.configFile, name, err)
+		}
+		o.explicitlySet[name] = true
+	}
+	return nil
+}
+
+var hostIDChars = regexp.MustCompile(`[^A-Za-z0-9._-]`)
+
+// clusterConfig turns the options into a cluster.Config.
+func (o *options) clusterConfig(stderr io.Writer) (cluster.Config, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return cluster.Config{}, fmt.Errorf("log level %q: use debug, info, warn or error", o.logLevel)
+	}
+	id := o.id
+	if id == "" {
+		if b, err := os.ReadFile(filepath.Join(o.dataDir, "node-id")); err == nil {
+			id = strings.TrimSpace(string(b))
+		}
+	}
+	if id == "" {
+		if h, err := os.Hostname(); err == nil {
+			id = hostIDChars.ReplaceAllString(strings.Split(h, ".")[0], "-")
+		}
+	}
+	if id == "" {
+		id = "node1"
+	}
+	expect := o.bootstrapExpect
+	if !o.explicitlySet["bootstrap-expect"] && len(o.join) > 0 {
+		expect = 0
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	return cluster.Config{
+		ID:                  id,
+		DataDir:             o.dataDir,
+		GRPCAddr:            o.grpcAddr,
+		RaftAddr:            o.raftAddr,
+		GossipAddr:          o.gossipAddr,
+		AdvertiseGRPCAddr:   o.advGRPCAddr,
+		AdvertiseRaftAddr:   o.advRaftAddr,
+		AdvertiseGossipAddr: o.advGossipAddr,
+		Join:                o.join,
+		BootstrapExpect:     expect,
+		RaftLogStore:        o.raftLogStore,
+		NonVoter:            o.nonVoter,
+		MaxValueSize:        int(o.maxValueSize),
+		Engine: &lsm.Options{
+			MemTableSizeBytes: int64(o.memtableSize),
+			CacheSizeBytes:    int64(o.cacheSize),
+		},
+		Logger:       logger,
+		RaftLogLevel: max(level, slog.LevelInfo),
+	}, nil
+}
+
+// listFlag is a comma-separated list; repeating the flag appends.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(s string) error {
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l = append(*l, p)
+		}
+	}
+	return nil
+}
+
+// sizeFlag is a byte size: a number with an optional unit (B, KiB, MiB,
+// GiB, or KB, MB, GB as powers of 1024 too).
+type sizeFlag int64
+
+func (s *sizeFlag) String() string { return strconv.FormatInt(int64(*s), 10) }
+
+func (s *sizeFlag) Set(v string) error {
+	n, err := parseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = sizeFlag(n)
+	return nil
+}
+
+func parseSize(v string) (int64, error) {
+	t := strings.TrimSpace(v)
+	i := 0
+	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
+		i++
+	}
+	if i == 0 {
+		return 0, fmt.Errorf("size %q: want a number of bytes, e.g. 64MiB", v)
+	}
+	n, err := strconv.ParseInt(t[:i], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: %v", v, err)
+	}
+	var shift uint
+	switch strings.ToLower(strings.TrimSpace(t[i:])) {
+	case "", "b":
+	case "k", "kb", "kib":
+		shift = 10
+	case "m", "mb", "mib":
+		shift = 20
+	case "g", "gb", "gib":
+		shift = 30
+	default:
+		return 0, fmt.Errorf("size %q: unknown unit %q (use B, KiB, MiB or GiB)", v, t[i:])
+	}
+	if n > (1<<62)>>shift {
+		return 0, fmt.Errorf("size %q too large", v)
+	}
+	return n << shift, nil
+}

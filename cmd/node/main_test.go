@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestServeHealthAndShutdown(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{
+			"--id", "t1", "--data-dir", filepath.Join(dir, "data"), "--log-level", "error",
+			"--grpc-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0",
+		}, &stdout, &stderr)
+	}()
+	line := regexp.MustCompile(`^cairn-node t1: serving gRPC on (127\.0\.0\.1:\d+) \(raft 127\.0\.0\.1:\d+, gossip 127\.0\.0\.1:\d+, data .*\)\n$`)
+	deadline := time.Now().Add(10 * time.Second)
+	var m []string
+	for m == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no listening line; stdout %q, stderr %q", stdout.String(), stderr.String())
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("exited with %d: %s", code, stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		m = line.FindStringSubmatch(stdout.String())
+	}
+	var hout, herr bytes.Buffer
+	if code := run(context.Background(), []string{"health", "--grpc-addr", m[1]}, &hout, &herr); code != 0 {
+		t.Fatalf("health exit %d: %s", code, herr.String())
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("shutdown exit %d: %s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no shutdown")
+	}
+	// The node is gone: health fails.
+	hout.Reset()
+	herr.Reset()
+	if code := run(context.Background(), []string{"health", "--grpc-addr", m[1], "--timeout", "300ms"}, &hout, &herr); code != 1 {
+		t.Fatalf("health of a stopped node: exit %d", code)
+	}
+}
+
+func TestErrorsAreOneLine(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dir := t.TempDir()
+	badConfig := filepath.Join(dir, "bad.json")
+	os.WriteFile(badConfig, []byte(`{"no-such-flag": 1}`), 0o644)
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown flag", []string{"--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{"bad size", []string{"--cache-size", "1XB"}, 2, `unknown unit "XB"`},
+		{"bad config key", []string{"--config", badConfig}, 2, `unknown key "no-such-flag"`},
+		{"missing config", []string{"--config", filepath.Join(dir, "nope.json")}, 2, "config file"},
+		{"bad log level", []string{"--log-level", "loud"}, 2, "log level"},
+		{"bad store", []string{"--raft-log-store", "x", "--data-dir", filepath.Join(dir, "d0")}, 2, "raft log store"},
+		{"port in use", []string{"--id", "t", "--data-dir", filepath.Join(dir, "d1"), "--grpc-addr", l.Addr().String()}, 1, "address already in use"},
+		{"argument", []string{"extra"}, 2, "unexpected argument"},
+		{"health flag", []string{"health", "--nope"}, 2, "flag provided but not defined"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), c.args, &stdout, &stderr)
+		out := stderr.String()
+		if code != c.code || !strings.Contains(out, c.want) || strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, "cairn-node: ") {
+			t.Errorf("%s: exit %d, stderr %q; want exit %d and one line with %q", c.name, code, out, c.code, c.want)
+		}
+	}
+}
+
+func TestConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	name := filepath.Join(dir, "node.json")
+	os.WriteFile(name, []byte(`{
+		"id": "from-file", "data-dir": "/data", "join": ["a:1", "b:2"],
+		"bootstrap-expect": 3, "max-value-size": "1MiB", "non-voter": true, "raft-log-store": "wal"
+	}`), 0o644)
+	var stderr bytes.Buffer
+	o, err := parseFlags([]string{"--config", name, "--id", "from-flag"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := o.clusterConfig(&stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ID != "from-flag" || cfg.DataDir != "/data" || strings.Join(cfg.Join, ",") != "a:1,b:2" ||
+		cfg.BootstrapExpect != 3 || cfg.MaxValueSize != 1<<20 || !cfg.NonVoter || cfg.RaftLogStore != "wal" {
+		t.Fatalf("config = %+v", cfg)
+	}
+	// --join without --bootstrap-expect joins an existing cluster.
+	o, _ = parseFlags([]string{"--join", "a:1"}, &stderr)
+	if cfg, _ := o.clusterConfig(&stderr); cfg.BootstrapExpect != 0 {
+		t.Fatalf("bootstrap-expect with --join = %d", cfg.BootstrapExpect)
+	}
+	o, _ = parseFlags(nil, &stderr)
+	if cfg, _ := o.clusterConfig(&stderr); cfg.BootstrapExpect != 1 || cfg.DataDir != "./cairn-data" || cfg.GRPCAddr != "127.0.0.1:7379" {
+		t.Fatalf("defaults = %+v", cfg)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{
+		"0": 0, "17": 17, "4KiB": 4 << 10, "16MiB": 16 << 20, "2GiB": 2 << 30, "3mb": 3 << 20, "5 GiB": 5 << 30, "1k": 1 << 10,
+	} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1", "1TiB", "99999999999999999999", "8GiBx"} {
+		if _, err := parseSize(in); err == nil {
+			t.Errorf("parseSize(%q) succeeded", in)
+		}
+	}
+}
