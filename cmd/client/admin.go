@@ -1,0 +1,368 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cairnkv/cairn/api/cairnpb"
+	"github.com/cairnkv/cairn/client"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// nodeStatus is one node's Status, or why it could not be had.
+type nodeStatus struct {
+	addr string
+	st   *client.Status
+	err  error
+}
+
+func newStatusCmd(g *globals) *cobra.Command {
+	var onlyEndpoints bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show every node's raft state and storage engine shape",
+		Long: `Show the status of every member of the cluster (found through the leader),
+or with --only-endpoints of the --endpoints only: raft state, term, commit
+and applied index, leader; then each node's storage engine: memtables, WAL,
+write amplification, stalls, block cache hit ratio, and the LSM shape (files
+and bytes per level). -o json prints the full Status of each node.`,
+		Example: `  cairn status
+  cairn status --endpoints 127.0.0.1:7379 --only-endpoints
+  cairn status -o json`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withClient(func(c *client.Client) error {
+				ctx, cancel := g.ctx()
+				defer cancel()
+				addrs := g.endpointList()
+				if !onlyEndpoints {
+					if ms, err := c.Members(ctx); err == nil {
+						addrs = addrs[:0]
+						for _, m := range ms.GetMembers() {
+							if m.GetGrpcAddr() != "" {
+								addrs = append(addrs, m.GetGrpcAddr())
+							}
+						}
+					}
+				}
+				sts := statusAll(ctx, c, addrs)
+				if g.output == outJSON {
+					return g.printStatusJSON(sts)
+				}
+				return g.printStatus(sts)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&onlyEndpoints, "only-endpoints", false, "show the --endpoints only, not every member")
+	return cmd
+}
+
+// statusAll asks every address for its Status, in parallel.
+func statusAll(ctx context.Context, c *client.Client, addrs []string) []nodeStatus {
+	out := make([]nodeStatus, len(addrs))
+	var wg sync.WaitGroup
+	for i, a := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// One node that does not answer must not take the whole
+			// timeout from the others.
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			st, err := c.Status(sctx, client.WithEndpoint(a))
+			out[i] = nodeStatus{addr: a, st: st, err: err}
+		}()
+	}
+	wg.Wait()
+	slices.SortFunc(out, func(a, b nodeStatus) int { return strings.Compare(a.st.GetNodeId()+a.addr, b.st.GetNodeId()+b.addr) })
+	return out
+}
+
+func stateName(s cairnpb.RaftState) string {
+	if s == cairnpb.RaftState_RAFT_STATE_UNSPECIFIED {
+		return "unknown"
+	}
+	return strings.ToLower(s.String())
+}
+
+func (g *globals) printStatus(sts []nodeStatus) error {
+	tw := newTable(g.stdout)
+	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tTERM\tCOMMIT\tAPPLIED\tLAST SNAPSHOT\tLEADER\tVERSION")
+	failed := 0
+	for _, s := range sts {
+		if s.err != nil {
+			failed++
+			fmt.Fprintf(tw, "?\t%s\tunreachable: %v\t\t\t\t\t\t\n", s.addr, s.err)
+			continue
+		}
+		st := s.st
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", st.GetNodeId(), s.addr, stateName(st.GetState()),
+			st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetLastSnapshotIndex(), st.GetLeaderId(), st.GetVersion())
+	}
+	tw.Flush()
+
+	// The engines.
+	g.printf("\n")
+	tw = newTable(g.stdout)
+	fmt.Fprintln(tw, "ENGINE\tMEMTABLES\tWAL\tWRITE AMP\tFLUSHES\tCOMPACTIONS\tSTALLS\tBLOCK CACHE\tHIT RATIO")
+	maxLevel := -1
+	for _, s := range sts {
+		e := s.st.GetEngine()
+		if s.err != nil || e == nil {
+			continue
+		}
+		for _, l := range e.GetLevels() {
+			maxLevel = max(maxLevel, int(l.GetLevel()))
+		}
+		fmt.Fprintf(tw, "%s\t%d (%s)\t%s\t%.2f\t%d\t%d\t%d\t%s\t%s\n", s.st.GetNodeId(), e.GetMemtables(), humanBytes(e.GetMemtableBytes()),
+			humanBytes(e.GetWalBytes()), e.GetWriteAmplification(), e.GetFlushes(), e.GetCompactions(), e.GetWriteStalls(),
+			humanBytes(e.GetBlockCacheSizeBytes()), ratio(e.GetBlockCacheHits(), e.GetBlockCacheMisses()))
+	}
+	tw.Flush()
+
+	// The LSM shape: files and bytes per level.
+	if maxLevel >= 0 {
+		g.printf("\n")
+		tw = newTable(g.stdout)
+		fmt.Fprint(tw, "LSM")
+		for l := 0; l <= maxLevel; l++ {
+			fmt.Fprintf(tw, "\tL%d", l)
+		}
+		fmt.Fprintln(tw)
+		for _, s := range sts {
+			e := s.st.GetEngine()
+			if s.err != nil || e == nil {
+				continue
+			}
+			cells := make([]string, maxLevel+1)
+			for i := range cells {
+				cells[i] = "-"
+			}
+			for _, l := range e.GetLevels() {
+				if l.GetNumFiles() > 0 {
+					cells[l.GetLevel()] = fmt.Sprintf("%d files, %s", l.GetNumFiles(), humanBytes(l.GetSizeBytes()))
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\n", s.st.GetNodeId(), strings.Join(cells, "\t"))
+		}
+		tw.Flush()
+	}
+	for _, s := range sts {
+		if e := s.st.GetEngine().GetBackgroundError(); e != "" {
+			g.printf("\n%s: engine background error: %s\n", s.st.GetNodeId(), e)
+		}
+	}
+	if failed == len(sts) {
+		return fmt.Errorf("status: no node answered (%v)", sts[0].err)
+	}
+	return nil
+}
+
+func ratio(hits, misses uint64) string {
+	if hits+misses == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(hits)/float64(hits+misses))
+}
+
+func (g *globals) printStatusJSON(sts []nodeStatus) error {
+	out := make([]json.RawMessage, 0, len(sts))
+	failed := 0
+	for _, s := range sts {
+		if s.err != nil {
+			failed++
+			b, _ := json.Marshal(map[string]string{"grpc_addr": s.addr, "error": s.err.Error()})
+			out = append(out, b)
+			continue
+		}
+		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(s.st)
+		if err != nil {
+			return err
+		}
+		out = append(out, b)
+	}
+	if err := writeJSON(g.stdout, out); err != nil {
+		return err
+	}
+	if failed == len(sts) {
+		return fmt.Errorf("status: no node answered (%v)", sts[0].err)
+	}
+	return nil
+}
+
+func newMembersCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "members",
+		Short: "List the cluster's members",
+		Long: `List the cluster's members as the leader sees them: ID, addresses, place in
+the raft configuration (voter, non-voter, or none: known by gossip only),
+gossip status, and (the leader knows it) health and time since last contact.`,
+		Example: `  cairn members
+  cairn members -o json`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withClient(func(c *client.Client) error {
+				ctx, cancel := g.ctx()
+				defer cancel()
+				ms, err := c.Members(ctx)
+				if err != nil {
+					return err
+				}
+				if g.output == outJSON {
+					b, err := protojson.MarshalOptions{UseProtoNames: true, Multiline: true}.Marshal(ms)
+					if err != nil {
+						return err
+					}
+					g.printf("%s\n", b)
+					return nil
+				}
+				tw := newTable(g.stdout)
+				fmt.Fprintln(tw, "ID\tGRPC ADDRESS\tRAFT ADDRESS\tSUFFRAGE\tSTATUS\tLEADER\tHEALTHY\tLAST CONTACT")
+				for _, m := range ms.GetMembers() {
+					suffrage := map[cairnpb.Suffrage]string{cairnpb.Suffrage_VOTER: "voter", cairnpb.Suffrage_NONVOTER: "non-voter"}[m.GetSuffrage()]
+					if suffrage == "" {
+						suffrage = "none"
+					}
+					status := strings.ToLower(m.GetStatus().String())
+					if m.GetStatus() == cairnpb.MemberStatus_MEMBER_STATUS_UNKNOWN {
+						status = "unknown"
+					}
+					contact := "-"
+					if m.GetLastContactMs() > 0 || m.GetHealthy() {
+						contact = (time.Duration(m.GetLastContactMs()) * time.Millisecond).String()
+					}
+					leader := ""
+					if m.GetLeader() {
+						leader = "*"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%v\t%s\n", m.GetId(), orDash(m.GetGrpcAddr()), orDash(m.GetRaftAddr()),
+						suffrage, status, leader, m.GetHealthy(), contact)
+				}
+				tw.Flush()
+				g.printf("configuration index %d\n", ms.GetConfigIndex())
+				return nil
+			})
+		},
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newMemberCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "member",
+		Short: "Add or remove a member of the raft configuration",
+		Long: `Change the raft configuration by hand. Nodes normally need none of this:
+a node started with --join is added by the leader once it has caught up, and
+one that leaves gracefully is removed.`,
+		Example: `  cairn member add n4 10.0.0.4:7380
+  cairn member add replica1 10.0.0.9:7380 --non-voter
+  cairn member remove n4`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: groupRunE,
+	}
+	var nonVoter bool
+	var prevIndex uint64
+	add := &cobra.Command{
+		Use:     "add ID RAFT_ADDRESS",
+		Short:   "Add a server to the raft configuration",
+		Example: `  cairn member add n4 10.0.0.4:7380`,
+		Args:    usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withClient(func(c *client.Client) error {
+				ctx, cancel := g.ctx()
+				defer cancel()
+				opts := []client.Option{client.IfConfigIndex(prevIndex)}
+				if nonVoter {
+					opts = append(opts, client.AsNonVoter())
+				}
+				idx, err := c.AddMember(ctx, args[0], args[1], opts...)
+				if err != nil {
+					return err
+				}
+				return g.configChanged(fmt.Sprintf("added %s", args[0]), idx)
+			})
+		},
+	}
+	add.Flags().BoolVar(&nonVoter, "non-voter", false, "add without a vote (a read replica)")
+	add.Flags().Uint64Var(&prevIndex, "if-config-index", 0, "fail unless the configuration is still the one at this index (see 'cairn members')")
+	var rmPrevIndex uint64
+	remove := &cobra.Command{
+		Use:     "remove ID",
+		Aliases: []string{"rm"},
+		Short:   "Remove a server from the raft configuration",
+		Example: `  cairn member remove n4`,
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withClient(func(c *client.Client) error {
+				ctx, cancel := g.ctx()
+				defer cancel()
+				idx, err := c.RemoveMember(ctx, args[0], client.IfConfigIndex(rmPrevIndex))
+				if err != nil {
+					return err
+				}
+				return g.configChanged(fmt.Sprintf("removed %s", args[0]), idx)
+			})
+		},
+	}
+	remove.Flags().Uint64Var(&rmPrevIndex, "if-config-index", 0, "fail unless the configuration is still the one at this index")
+	cmd.AddCommand(add, remove)
+	return cmd
+}
+
+func (g *globals) configChanged(what string, index uint64) error {
+	if g.output == outJSON {
+		return writeJSON(g.stdout, map[string]any{"config_index": index})
+	}
+	g.printf("%s (configuration index %d)\n", what, index)
+	return nil
+}
+
+func newLeaderCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "leader",
+		Short:   "Move raft leadership",
+		Example: `  cairn leader transfer n2`,
+		Args:    usageArgs(cobra.NoArgs),
+		RunE:    groupRunE,
+	}
+	transfer := &cobra.Command{
+		Use:   "transfer [ID]",
+		Short: "Hand leadership to another voter (the most up-to-date one if no ID)",
+		Example: `  cairn leader transfer
+  cairn leader transfer n2`,
+		Args: usageArgs(cobra.MaximumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := ""
+			if len(args) == 1 {
+				id = args[0]
+			}
+			return g.withClient(func(c *client.Client) error {
+				ctx, cancel := g.ctx()
+				defer cancel()
+				leader, err := c.TransferLeader(ctx, id)
+				if err != nil {
+					return err
+				}
+				if g.output == outJSON {
+					return writeJSON(g.stdout, map[string]any{"leader_id": leader})
+				}
+				g.printf("leader is now %s\n", leader)
+				return nil
+			})
+		},
+	}
+	cmd.AddCommand(transfer)
+	return cmd
+}

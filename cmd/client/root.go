@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/cairnkv/cairn/client"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// envEndpoints is the environment variable that sets --endpoints.
+const envEndpoints = "CAIRN_ENDPOINTS"
+
+// globals are the flags every command has, and the command's outputs.
+type globals struct {
+	endpoints string
+	timeout   time.Duration
+	output    string
+	hex       bool
+
+	stdout, stderr io.Writer
+	flags          *pflag.FlagSet // the root's persistent flags
+}
+
+// Output formats.
+const (
+	outTable = "table"
+	outJSON  = "json"
+	outRaw   = "raw"
+)
+
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "cairn",
+		Short: "cairn is the command-line client of a cairn cluster",
+		Long: `cairn reads and writes a cairn cluster's keys, administers its members, takes
+backups and generates load.
+
+It talks to the nodes given by --endpoints (comma-separated host:port gRPC
+addresses; default $` + envEndpoints + `, else 127.0.0.1:7379, the address of a node
+started with no flags). It finds the leader by itself and retries through
+leader changes until --timeout; a retried write is applied at most once.
+
+Keys and values are arbitrary bytes. Output escapes bytes that are not
+printable UTF-8 (\xNN, \n, \\); with --hex, keys and values are hex both in
+arguments and in output;
+-o json prints JSON; 'get -o raw' prints a value's exact bytes.
+
+Exit codes: 0 success; 1 failure (one line on stderr says why), including
+'get' of a missing key and a failed 'cas'; 2 usage error.`,
+		Example: `  cairn put greeting hello
+  cairn get greeting
+  echo -n "from stdin" | cairn put note -
+  cairn scan --prefix user/ --limit 10
+  cairn --endpoints 10.0.0.1:7379,10.0.0.2:7379 status
+  CAIRN_ENDPOINTS=10.0.0.1:7379 cairn members
+  cairn bench put --clients 16 --duration 10s`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cmd.Help()
+		},
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			switch g.output {
+			case outTable, outJSON:
+			case outRaw:
+				if cmd.Name() != "get" {
+					return usagef("-o raw is for get only")
+				}
+			default:
+				return usagef("output format %q: want table or json", g.output)
+			}
+			if g.timeout <= 0 {
+				return usagef("--timeout must be positive")
+			}
+			return nil
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.endpoints, "endpoints", client.DefaultEndpoint, "comma-separated gRPC addresses of cluster nodes (or $"+envEndpoints+")")
+	pf.DurationVar(&g.timeout, "timeout", 5*time.Second, "how long a command (in bench: one operation) may take, retries included")
+	pf.StringVarP(&g.output, "output", "o", outTable, "output format: table or json (get: also raw)")
+	pf.BoolVar(&g.hex, "hex", false, "keys and values are hex, in arguments and in output")
+	g.flags = pf
+	root.RegisterFlagCompletionFunc("output", func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		return []string{outTable, outJSON, outRaw}, cobra.ShellCompDirectiveNoFileComp
+	})
+
+	root.AddCommand(
+		newPutCmd(g), newGetCmd(g), newDelCmd(g), newScanCmd(g), newTxnCmd(g), newCasCmd(g),
+		newStatusCmd(g), newMembersCmd(g), newMemberCmd(g), newLeaderCmd(g),
+		newSnapshotCmd(g), newBackupCmd(g), newBenchCmd(g),
+	)
+	for _, c := range root.Commands() {
+		setUsageErrors(c)
+	}
+	return root
+}
+
+// setUsageErrors makes flag errors of cmd and its children usage errors.
+func setUsageErrors(cmd *cobra.Command) {
+	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{err} })
+	for _, c := range cmd.Commands() {
+		setUsageErrors(c)
+	}
+}
+
+// usageArgs wraps an argument validator so that its errors are usage
+// errors.
+func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := v(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
+// groupRunE is the RunE of a command that only groups subcommands.
+func groupRunE(cmd *cobra.Command, args []string) error {
+	return usagef("%s needs a subcommand (see '%s --help')", cmd.CommandPath(), cmd.CommandPath())
+}
+
+// endpointList returns the endpoints: the flag if set, else the
+// environment variable, else the default.
+func (g *globals) endpointList() []string {
+	s := g.endpoints
+	if !g.flags.Changed("endpoints") {
+		if env := strings.TrimSpace(os.Getenv(envEndpoints)); env != "" {
+			s = env
+		}
+	}
+	var eps []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	return eps
+}
+
+// withClient runs f with a client of the endpoints, closed afterwards.
+func (g *globals) withClient(f func(c *client.Client) error) error {
+	eps := g.endpointList()
+	if len(eps) == 0 {
+		return usagef("no endpoints (set --endpoints or $%s)", envEndpoints)
+	}
+	c, err := client.New(client.Config{Endpoints: eps, MaxRetryBackoff: 500 * time.Millisecond})
+	if err != nil {
+		return usageError{err}
+	}
+	defer c.Close()
+	return f(c)
+}
+
+// ctx returns a context bounded by --timeout.
+func (g *globals) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), g.timeout)
+}
+
+func (g *globals) printf(format string, args ...any) {
+	fmt.Fprintf(g.stdout, format, args...)
+}
