@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/fsm"
@@ -23,6 +24,9 @@ var (
 	// committed but the state machine had not applied it (the engine is
 	// stalled behind flushes and compactions).
 	errWriteStalled = errors.New("cluster: write stalled in the storage engine past the deadline")
+	// errFailedPrecondition marks an admin request the cluster's current
+	// state cannot satisfy (say, a leadership transfer with no other voter).
+	errFailedPrecondition = errors.New("cluster: failed precondition")
 )
 
 // notLeaderError is the status of a request that needs the leader and could
@@ -68,8 +72,12 @@ func (n *Node) toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, fsm.ErrResultUnavailable):
 		return status.Error(codes.AlreadyExists, err.Error())
-	case errors.Is(err, raft.ErrNotVoter):
+	case errors.Is(err, raft.ErrNotVoter), errors.Is(err, errFailedPrecondition):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case strings.Contains(err.Error(), "wait until the configuration entry"):
+		// raft.Raft.Snapshot refuses while a configuration change is
+		// being applied; it has no sentinel error for it. Transient.
+		return status.Errorf(codes.Unavailable, "%v", err)
 	case fsm.IsCorruption(err):
 		return status.Errorf(codes.DataLoss, "%v", err)
 	}

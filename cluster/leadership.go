@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -83,6 +84,15 @@ func (n *Node) establishLeadership(ctx context.Context) bool {
 func (n *Node) transferLeadership(ctx context.Context, id string) error {
 	var f raft.Future
 	if id == "" {
+		cf := n.raft.GetConfiguration()
+		if err := cf.Error(); err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(cf.Configuration().Servers, func(s raft.Server) bool {
+			return s.ID != raft.ServerID(n.cfg.ID) && s.Suffrage == raft.Voter
+		}) {
+			return fmt.Errorf("%w: no other voter to transfer leadership to", errFailedPrecondition)
+		}
 		f = n.raft.LeadershipTransfer()
 	} else {
 		cf := n.raft.GetConfiguration()
