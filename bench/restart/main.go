@@ -1,0 +1,222 @@
+// Command restart measures how long a cairn node takes to restart as a
+// function of the data it holds. Because the state machine restarts from
+// its own durable applied index (raft's NoSnapshotRestoreOnStart; see
+// fsm/doc.go), a restart must not re-ingest a snapshot: its time should
+// grow with the unflushed tail, not with the data size.
+//
+//	go run ./bench/restart [-sizes 10MiB,1GiB] [-value-size 65536] [-restarts 5]
+//
+// For each size it starts a single-node cluster in a temporary directory,
+// loads that many bytes of values through the gRPC API, takes a raft
+// snapshot (so the raft log is truncated, as on a long-running node),
+// writes a small tail after it, shuts the node down gracefully, and then
+// restarts it -restarts times, timing Start until a linearizable read is
+// served. It prints the median and the range.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairnkv/cairn/api/cairnpb"
+	"github.com/cairnkv/cairn/cluster"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+var (
+	sizes     = flag.String("sizes", "10MiB,1GiB", "data sizes to measure, comma-separated")
+	valueSize = flag.Int("value-size", 64<<10, "value size in bytes")
+	restarts  = flag.Int("restarts", 5, "restarts timed per size")
+	clients   = flag.Int("clients", 32, "concurrent loaders")
+	tail      = flag.Int("tail", 1000, "writes after the snapshot (the log tail replayed at restart)")
+)
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "bench/restart: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			v, err := strconv.ParseInt(n, 10, 64)
+			return v * u.mult, err
+		}
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+func run() error {
+	fmt.Printf("cairn single-node restart time: %d-byte values, %d tail writes after the snapshot, %d restarts per size\n",
+		*valueSize, *tail, *restarts)
+	for _, s := range strings.Split(*sizes, ",") {
+		size, err := parseSize(s)
+		if err != nil {
+			return fmt.Errorf("bad size %q: %v", s, err)
+		}
+		if err := measure(s, size); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func config(dir string) cluster.Config {
+	return cluster.Config{
+		ID:              "r1",
+		DataDir:         dir,
+		GRPCAddr:        "127.0.0.1:0",
+		RaftAddr:        "127.0.0.1:0",
+		GossipAddr:      "127.0.0.1:0",
+		BootstrapExpect: 1,
+		Logger:          slog.New(slog.DiscardHandler),
+	}
+}
+
+// startReady starts a node on dir and waits until it serves a
+// linearizable read; it returns the node and the time that took.
+func startReady(dir string) (*cluster.Node, time.Duration, error) {
+	start := time.Now()
+	n, err := cluster.New(config(dir), nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := n.Start(); err != nil {
+		return nil, 0, err
+	}
+	c, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for {
+		_, err := cairnpb.NewKVClient(c).Get(ctx, &cairnpb.GetRequest{Key: []byte("probe")})
+		if err == nil {
+			return n, time.Since(start), nil
+		}
+		if ctx.Err() != nil {
+			return nil, 0, fmt.Errorf("node not ready: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func load(n *cluster.Node, bytes int64, prefix string) error {
+	c, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(16<<20)))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	kv := cairnpb.NewKVClient(c)
+	value := make([]byte, *valueSize)
+	for i := range value {
+		value[i] = byte(i * 7)
+	}
+	count := bytes / int64(*valueSize)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, *clients)
+	for range *clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= count {
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				_, err := kv.Put(ctx, &cairnpb.PutRequest{Key: []byte(fmt.Sprintf("%s%012d", prefix, i)), Value: value})
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func dirSize(dir string) int64 {
+	var total int64
+	filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			total += info.Size()
+		}
+		return nil
+	})
+	return total
+}
+
+func measure(label string, size int64) error {
+	dir, err := os.MkdirTemp("", "cairn-restart-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	n, _, err := startReady(dir)
+	if err != nil {
+		return err
+	}
+	loadStart := time.Now()
+	if err := load(n, size, "data/"); err != nil {
+		return err
+	}
+	loadTime := time.Since(loadStart)
+	if _, _, err := n.Snapshot(context.Background()); err != nil {
+		return fmt.Errorf("snapshot: %v", err)
+	}
+	saved := *valueSize
+	*valueSize = 256
+	err = load(n, int64(*tail)*256, "tail/")
+	*valueSize = saved
+	if err != nil {
+		return err
+	}
+	if err := n.Shutdown(context.Background()); err != nil {
+		return err
+	}
+	onDisk := dirSize(dir)
+	var times []time.Duration
+	for range *restarts {
+		n, d, err := startReady(dir)
+		if err != nil {
+			return err
+		}
+		times = append(times, d)
+		if err := n.Shutdown(context.Background()); err != nil {
+			return err
+		}
+	}
+	slices.Sort(times)
+	fmt.Printf("%-8s loaded in %6.1fs, %7.1f MiB on disk: restart median %7.1fms (min %.1fms, max %.1fms)\n",
+		label, loadTime.Seconds(), float64(onDisk)/(1<<20),
+		ms(times[len(times)/2]), ms(times[0]), ms(times[len(times)-1]))
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
