@@ -132,9 +132,16 @@ func sizeOf(files []*version.FileMetadata) int64 {
 func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (outputs []*version.FileMetadata, bytesRead int64, err error) {
 	var iters []base.InternalIterator
 	var rawTombs []base.RangeTombstone
+	var (
+		w       *sst.Writer
+		pending *tableOutput
+	)
 	defer func() {
 		for _, it := range iters {
 			it.Close()
+		}
+		if err != nil && w != nil {
+			pending.abandon(d)
 		}
 		if err != nil {
 			for _, f := range outputs {
@@ -180,12 +187,10 @@ func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (outputs []*v
 	}
 
 	var (
-		w          *sst.Writer
 		curNum     base.FileNum
 		curLower   []byte // user key at which the current output begins (nil: unbounded)
 		lastUkey   []byte
 		lastStripe = -1
-		pending    *pendingOutput
 	)
 	finish := func(upper []byte) error {
 		if w == nil {
@@ -268,48 +273,6 @@ func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (outputs []*v
 		return nil, 0, err
 	}
 	return outputs, bytesRead, nil
-}
-
-// pendingOutput is a table being written by a compaction.
-type pendingOutput struct {
-	fileNum base.FileNum
-	file    vfsFile
-}
-
-func (d *DB) startTable(n base.FileNum) (*pendingOutput, *sst.Writer, error) {
-	f, err := d.fs.Create(base.MakeFilepath(d.dirname, base.FileTypeTable, n))
-	if err != nil {
-		return nil, nil, err
-	}
-	return &pendingOutput{fileNum: n, file: f}, sst.NewWriter(f, d.opts.sstWriterOptions()), nil
-}
-
-func (p *pendingOutput) finish(d *DB, w *sst.Writer) (*version.FileMetadata, error) {
-	md, err := w.Finish()
-	if err == nil {
-		err = p.file.Sync()
-	}
-	if cerr := p.file.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = d.syncDir()
-	}
-	if err != nil {
-		d.fs.Remove(base.MakeFilepath(d.dirname, base.FileTypeTable, p.fileNum))
-		return nil, err
-	}
-	return &version.FileMetadata{
-		FileNum:           p.fileNum,
-		Size:              md.Size,
-		Smallest:          md.Smallest,
-		Largest:           md.Largest,
-		SmallestSeq:       md.SmallestSeq,
-		LargestSeq:        md.LargestSeq,
-		NumEntries:        md.NumEntries,
-		NumDeletions:      md.NumDeletions,
-		NumRangeDeletions: md.NumRangeDeletions,
-	}, nil
 }
 
 // Compact compacts every level's data overlapping [start, end] (user keys,

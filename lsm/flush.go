@@ -182,35 +182,54 @@ func addTombstones(w *sst.Writer, frags []rangedel.Fragment) error {
 	return nil
 }
 
-// writeTable creates table fileNum, lets fill add its contents, finishes,
-// syncs and closes it and syncs the directory. On error the file is removed.
+// writeTable creates table fileNum, lets fill add its contents, and
+// finishes it (see tableOutput.finish). On error the file is removed.
 func (d *DB) writeTable(fileNum base.FileNum, fill func(w *sst.Writer) error) (*version.FileMetadata, error) {
-	name := base.MakeFilepath(d.dirname, base.FileTypeTable, fileNum)
-	f, err := d.fs.Create(name)
+	out, w, err := d.startTable(fileNum)
 	if err != nil {
 		return nil, err
 	}
-	w := sst.NewWriter(f, d.opts.sstWriterOptions())
-	err = fill(w)
-	var md sst.Metadata
-	if err == nil {
-		md, err = w.Finish()
+	if err := fill(w); err != nil {
+		out.abandon(d)
+		return nil, err
 	}
-	if err == nil {
-		err = f.Sync()
+	return out.finish(d, w)
+}
+
+// tableOutput is a table being written by a flush or a compaction.
+type tableOutput struct {
+	fileNum base.FileNum
+	file    vfsFile
+}
+
+func (d *DB) startTable(n base.FileNum) (*tableOutput, *sst.Writer, error) {
+	f, err := d.fs.Create(base.MakeFilepath(d.dirname, base.FileTypeTable, n))
+	if err != nil {
+		return nil, nil, err
 	}
-	if cerr := f.Close(); err == nil {
+	return &tableOutput{fileNum: n, file: f}, sst.NewWriter(f, d.opts.sstWriterOptions()), nil
+}
+
+// finish completes the table, syncs and closes it and syncs the directory,
+// so that a manifest edit naming it never outlives it. On error the file
+// is removed.
+func (t *tableOutput) finish(d *DB, w *sst.Writer) (*version.FileMetadata, error) {
+	md, err := w.Finish()
+	if err == nil {
+		err = t.file.Sync()
+	}
+	if cerr := t.file.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
 		err = d.syncDir()
 	}
 	if err != nil {
-		d.fs.Remove(name)
+		d.fs.Remove(base.MakeFilepath(d.dirname, base.FileTypeTable, t.fileNum))
 		return nil, err
 	}
 	return &version.FileMetadata{
-		FileNum:           fileNum,
+		FileNum:           t.fileNum,
 		Size:              md.Size,
 		Smallest:          md.Smallest,
 		Largest:           md.Largest,
@@ -220,4 +239,10 @@ func (d *DB) writeTable(fileNum base.FileNum, fill func(w *sst.Writer) error) (*
 		NumDeletions:      md.NumDeletions,
 		NumRangeDeletions: md.NumRangeDeletions,
 	}, nil
+}
+
+// abandon closes and removes an unfinished table.
+func (t *tableOutput) abandon(d *DB) {
+	t.file.Close()
+	d.fs.Remove(base.MakeFilepath(d.dirname, base.FileTypeTable, t.fileNum))
 }
