@@ -48,4 +48,12 @@
 // (the WAL is written before the write is acknowledged) but may be lost
 // with the machine, together with every later unsynced write and nothing
 // before the last synced one.
+//
+// # Limits of this version
+//
+// One compaction runs at a time (beside one flush); every live table stays
+// open (no bound on open files); a snapshot's release does not by itself
+// schedule a compaction of the bottom level to drop what it held (Compact
+// does, and so does the next compaction that reaches those files); values
+// are stored inline (key-value separation, lsm/blob, is not wired in yet).
 package lsm
