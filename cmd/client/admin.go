@@ -95,10 +95,12 @@ func (g *globals) printStatus(sts []nodeStatus) error {
 	tw := newTable(g.stdout)
 	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tTERM\tCOMMIT\tAPPLIED\tLAST SNAPSHOT\tLEADER\tVERSION")
 	failed := 0
+	var unreachable []nodeStatus
 	for _, s := range sts {
 		if s.err != nil {
 			failed++
-			fmt.Fprintf(tw, "?\t%s\tunreachable: %v\t\t\t\t\t\t\n", s.addr, s.err)
+			unreachable = append(unreachable, s)
+			fmt.Fprintf(tw, "?\t%s\tunreachable\t\t\t\t\t\t\n", s.addr)
 			continue
 		}
 		st := s.st
@@ -106,6 +108,10 @@ func (g *globals) printStatus(sts []nodeStatus) error {
 			st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetLastSnapshotIndex(), st.GetLeaderId(), st.GetVersion())
 	}
 	tw.Flush()
+	// The reasons go below the table, which they would otherwise stretch.
+	for _, s := range unreachable {
+		g.printf("%s: %v\n", s.addr, s.err)
+	}
 
 	// The engines.
 	g.printf("\n")
