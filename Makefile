@@ -35,5 +35,35 @@ fuzz:
 generate:
 	bash api/generate.sh
 
+# Containers: Dockerfile (FROM scratch, binaries built here, so nothing is
+# pulled) and docker-compose.yml. deploy/cluster.sh runs `docker compose`
+# or `docker-compose`, whichever is installed.
+CAIRN_IMAGE ?= cairn:latest
+export CAIRN_IMAGE
+
+.PHONY: docker cluster-up cluster-scale cluster-down cluster-destroy cluster-logs compose-test
+
+docker:
+	GO=$(GO) bash deploy/build-image.sh $(CAIRN_IMAGE)
+
+cluster-up: docker
+	bash deploy/cluster.sh up
+
+cluster-scale:
+	bash deploy/cluster.sh scale
+
+cluster-down:
+	bash deploy/cluster.sh down
+
+cluster-destroy:
+	bash deploy/cluster.sh destroy
+
+cluster-logs:
+	bash deploy/cluster.sh logs
+
+# End-to-end test of the image and the compose cluster (about 1-2 minutes).
+compose-test:
+	CAIRN_COMPOSE_TEST=1 $(GO) test -count=1 -v -timeout 15m -run '^TestComposeCluster$$' ./deploy/composetest
+
 clean:
 	$(GO) clean -testcache
