@@ -153,8 +153,10 @@ func (d *DB) checkOpen() error {
 }
 
 // Close waits for background work, closes the WAL and every open file and
-// releases the directory lock. Writes not synced are written to the WAL
-// (but not synced) first. Iterators and snapshots must be closed before.
+// releases the directory lock. The WAL is synced first; without a WAL the
+// memtables are flushed. Iterators and snapshots must be closed before, and
+// no other call (a Compact, a Flush, a Checkpoint) may still be running.
+// Close returns any background error the DB met.
 func (d *DB) Close() error {
 	var flushErr error
 	if d.opts.DisableWAL && !d.closed.Load() {
