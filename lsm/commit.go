@@ -167,7 +167,7 @@ func (d *DB) Write(b *Batch, wo *WriteOptions) error {
 // REQUIRES: d.mu held; the caller is the leader.
 func (d *DB) buildGroupLocked() []*writer {
 	leader := d.mu.writers[0]
-	size := leader.batch.Len()
+	size, count := leader.batch.Len(), leader.batch.Count()
 	maxSize := maxGroupBytes
 	if size <= smallLeaderBytes {
 		maxSize = size + smallLeaderBytes
@@ -177,10 +177,12 @@ func (d *DB) buildGroupLocked() []*writer {
 		if w.sync && !leader.sync {
 			break
 		}
-		if size+w.batch.Len() > maxSize || !d.mu.mem.fits(size+w.batch.Len(), w.batch.Count()) {
+		// The whole group must fit the memtable the leader made room in.
+		if size+w.batch.Len() > maxSize || !d.mu.mem.fits(size+w.batch.Len(), count+w.batch.Count()) {
 			break
 		}
 		size += w.batch.Len()
+		count += w.batch.Count()
 		n++
 	}
 	return d.mu.writers[:n]

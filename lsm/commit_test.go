@@ -109,3 +109,49 @@ func TestSyncedWritesAreFsynced(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupFitsMemTable: a commit group of many-entry batches never
+// overflows the memtable the leader made room in (the group's entries'
+// arena overhead counts, not just the last batch's).
+func TestGroupFitsMemTable(t *testing.T) {
+	fs := slowSyncFS{vfs.NewMem(), time.Millisecond}
+	d := mustOpen(t, "db", &Options{FS: fs, MemTableSizeBytes: 64 << 10})
+	defer d.Close()
+	const writers, batches, perBatch = 8, 40, 400
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < batches; i++ {
+				b := NewBatch()
+				// Mix many-entry and one-entry batches, so that a group's
+				// leader and followers differ in entry counts.
+				n := perBatch
+				if (w+i)%2 == 1 {
+					n = 1
+				}
+				for j := 0; j < n; j++ {
+					b.Set([]byte(fmt.Sprintf("%d/%d/%d", w, i, j)), []byte("v"))
+				}
+				if err := d.Write(b, Sync); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	m := d.Metrics()
+	if m.BackgroundErr != nil {
+		t.Fatal(m.BackgroundErr)
+	}
+	if m.CommitGroups >= m.Writes {
+		t.Fatalf("no groups formed (%d groups for %d writes): the test proves nothing", m.CommitGroups, m.Writes)
+	}
+}
