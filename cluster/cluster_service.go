@@ -121,7 +121,7 @@ func (s *clusterService) Members(ctx context.Context, _ *cairnpb.MembersRequest)
 			}
 		}
 	}
-	resp := &cairnpb.MembersResponse{ConfigIndex: cf.Index()}
+	resp := &cairnpb.MembersResponse{ConfigIndex: n.fsm.configIndex.Load()}
 	for _, m := range byID {
 		resp.Members = append(resp.Members, m)
 	}

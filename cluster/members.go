@@ -245,7 +245,7 @@ func (n *Node) reconcileOnce(ctx context.Context, tracker *membership.Tracker) e
 	if err := cf.Error(); err != nil {
 		return err
 	}
-	conf, confIndex := cf.Configuration(), cf.Index()
+	conf, confIndex := cf.Configuration(), n.fsm.configIndex.Load()
 	members := n.disc.Members()
 	in := membership.Input{
 		Self:            raft.ServerID(n.cfg.ID),

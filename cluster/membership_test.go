@@ -45,9 +45,16 @@ func TestMembershipChangesWhileWriting(t *testing.T) {
 	}
 	admin := tc.admin(follower)
 	ctx := ctxTimeout(t, 10*time.Second)
-	if _, err := admin.AddMember(ctx, &cairnpb.AddMemberRequest{Id: "ghost", RaftAddr: "127.0.0.1:1", NonVoter: true}); err != nil {
+	added, err := admin.AddMember(ctx, &cairnpb.AddMemberRequest{Id: "ghost", RaftAddr: "127.0.0.1:1", NonVoter: true})
+	if err != nil {
 		t.Fatal(err)
 	}
+	// Members reports the index of the configuration entry the change
+	// appended (raft's GetConfiguration reports none; the node tracks it).
+	waitFor(t, 10*time.Second, "Members to report the new configuration's index", func() bool {
+		ms, err := tc.admin(tc.leader()).Members(ctx, &cairnpb.MembersRequest{})
+		return err == nil && ms.GetConfigIndex() == added.GetConfigIndex() && added.GetConfigIndex() > 0
+	})
 	if ids := configIDs(tc.leader()); !slices.Contains(ids, "ghost") {
 		t.Fatalf("configuration after AddMember: %v", ids)
 	}

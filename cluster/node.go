@@ -209,7 +209,8 @@ func (n *Node) Start() (err error) {
 	if err != nil {
 		return err
 	}
-	n.fsm = &raftFSM{FSM: f}
+	n.fsm = &raftFSM{FSM: f, snaps: snaps}
+	n.fsm.loadSnapshotConfigIndex()
 	restore, why, err := restoreOnStart(snaps, f)
 	if err != nil {
 		return err
@@ -565,6 +566,14 @@ func (n *Node) AppliedIndex() uint64 {
 type raftFSM struct {
 	*fsm.FSM
 	restores atomic.Int64
+	// snaps is raft's snapshot store, read for the configuration index a
+	// snapshot carries.
+	snaps raft.SnapshotStore
+	// configIndex is the raft index of the newest configuration entry the
+	// state machine has seen applied (from the log, or from the newest
+	// snapshot). raft v1.7.3's GetConfiguration does not report one, and
+	// membership changes need it as their prevIndex.
+	configIndex atomic.Uint64
 	// beforeApply, if set, runs before each batch is applied (tests use it
 	// to stall the state machine).
 	beforeApply atomic.Pointer[func()]
@@ -574,7 +583,34 @@ func (r *raftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	if h := r.beforeApply.Load(); h != nil {
 		(*h)()
 	}
-	return r.FSM.ApplyBatch(logs)
+	results := r.FSM.ApplyBatch(logs)
+	for _, l := range logs {
+		if l.Type == raft.LogConfiguration {
+			r.noteConfigIndex(l.Index)
+		}
+	}
+	return results
+}
+
+// noteConfigIndex raises configIndex to index.
+func (r *raftFSM) noteConfigIndex(index uint64) {
+	for {
+		cur := r.configIndex.Load()
+		if index <= cur || r.configIndex.CompareAndSwap(cur, index) {
+			return
+		}
+	}
+}
+
+// loadSnapshotConfigIndex takes the configuration index of the newest
+// snapshot in the store, if any.
+func (r *raftFSM) loadSnapshotConfigIndex() {
+	if r.snaps == nil {
+		return
+	}
+	if metas, err := r.snaps.List(); err == nil && len(metas) > 0 {
+		r.noteConfigIndex(metas[0].ConfigurationIndex)
+	}
 }
 
 func (r *raftFSM) Apply(l *raft.Log) interface{} {
@@ -583,7 +619,13 @@ func (r *raftFSM) Apply(l *raft.Log) interface{} {
 
 func (r *raftFSM) Restore(rc io.ReadCloser) error {
 	r.restores.Add(1)
-	return r.FSM.Restore(rc)
+	if err := r.FSM.Restore(rc); err != nil {
+		return err
+	}
+	// raft stored the snapshot before restoring it: its configuration is
+	// now the state machine's.
+	r.loadSnapshotConfigIndex()
+	return nil
 }
 
 var _ raft.BatchingFSM = (*raftFSM)(nil)
