@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -27,6 +28,7 @@ type options struct {
 	join                                    listFlag
 	bootstrapExpect                         int
 	raftLogStore                            string
+	gossipKey                               string
 	nonVoter                                bool
 	maxValueSize, memtableSize, cacheSize   sizeFlag
 	logLevel                                string
@@ -49,6 +51,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.Var(&o.join, "join", "comma-separated gossip addresses of nodes to join")
 	fs.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "form a new cluster once this many servers are seen (default 1 without --join, 0 with it: join an existing cluster)")
 	fs.StringVar(&o.raftLogStore, "raft-log-store", cluster.LogStoreBoltDB, "raft log store: boltdb or wal")
+	fs.StringVar(&o.gossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) encrypting gossip; the same on every node (recommended: memberlist v0.6 lacks v0.7's malformed-packet hardening)")
 	fs.BoolVar(&o.nonVoter, "non-voter", false, "stay a non-voting member (a read replica)")
 	o.maxValueSize = sizeFlag(cairnpb.DefaultMaxValueSize)
 	fs.Var(&o.maxValueSize, "max-value-size", "largest value a write may carry (same on every node), e.g. 16MiB")
@@ -163,8 +166,17 @@ func (o *options) clusterConfig(stderr io.Writer) (cluster.Config, error) {
 	if !o.explicitlySet["bootstrap-expect"] && len(o.join) > 0 {
 		expect = 0
 	}
+	var gossipKey []byte
+	if o.gossipKey != "" {
+		k, err := base64.StdEncoding.DecodeString(o.gossipKey)
+		if err != nil || (len(k) != 16 && len(k) != 24 && len(k) != 32) {
+			return cluster.Config{}, fmt.Errorf("--gossip-key must be base64 of 16, 24 or 32 bytes")
+		}
+		gossipKey = k
+	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	return cluster.Config{
+		GossipKey:           gossipKey,
 		ID:                  id,
 		DataDir:             o.dataDir,
 		GRPCAddr:            o.grpcAddr,

@@ -97,6 +97,7 @@ func TestErrorsAreOneLine(t *testing.T) {
 		{"bad config key", []string{"--config", badConfig}, 2, `unknown key "no-such-flag"`},
 		{"missing config", []string{"--config", filepath.Join(dir, "nope.json")}, 2, "config file"},
 		{"bad log level", []string{"--log-level", "loud"}, 2, "log level"},
+		{"bad gossip key", []string{"--gossip-key", "c2hvcnQ="}, 2, "--gossip-key"},
 		{"bad store", []string{"--raft-log-store", "x", "--data-dir", filepath.Join(dir, "d0")}, 2, "raft log store"},
 		{"port in use", []string{"--id", "t", "--data-dir", filepath.Join(dir, "d1"), "--grpc-addr", l.Addr().String()}, 1, "address already in use"},
 		{"argument", []string{"extra"}, 2, "unexpected argument"},
