@@ -24,7 +24,7 @@ bench:
 # Short fuzzing runs of every fuzz target (the seed corpora also run in `make test`).
 FUZZTIME ?= 30s
 fuzz:
-	@for pkg in $$($(GO) list ./lsm/...); do \
+	@for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; \
