@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 
@@ -392,44 +393,34 @@ func (a *applier) txn(r *cairnpb.TxnRequest, index uint64) (*cairnpb.TxnResponse
 
 // compare evaluates one validated Compare against a key's state.
 func compare(c *cairnpb.Compare, rec *record, found bool) bool {
-	var cmp int
+	var order int
 	switch c.GetTarget() {
 	case cairnpb.Compare_VALUE:
 		if !found {
 			return false
 		}
-		cmp = bytes.Compare(rec.value, c.GetValue())
+		order = bytes.Compare(rec.value, c.GetValue())
 	case cairnpb.Compare_VERSION:
-		cmp = cmpUint(rec.version, c.GetVersion())
+		order = cmp.Compare(rec.version, c.GetVersion())
 	case cairnpb.Compare_MOD_INDEX:
-		cmp = cmpUint(rec.modIndex, c.GetModIndex())
+		order = cmp.Compare(rec.modIndex, c.GetModIndex())
 	case cairnpb.Compare_CREATE_INDEX:
-		cmp = cmpUint(rec.createIndex, c.GetCreateIndex())
+		order = cmp.Compare(rec.createIndex, c.GetCreateIndex())
 	case cairnpb.Compare_EXISTS:
 		if found == c.GetExists() {
-			cmp = 0
+			order = 0
 		} else {
-			cmp = 1
+			order = 1
 		}
 	}
 	switch c.GetResult() {
 	case cairnpb.Compare_EQUAL:
-		return cmp == 0
+		return order == 0
 	case cairnpb.Compare_NOT_EQUAL:
-		return cmp != 0
+		return order != 0
 	case cairnpb.Compare_GREATER:
-		return cmp > 0
+		return order > 0
 	default: // Compare_LESS
-		return cmp < 0
+		return order < 0
 	}
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

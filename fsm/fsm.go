@@ -365,15 +365,7 @@ func exists(fs vfs.FS, name string) (bool, error) {
 }
 
 func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("fsm: syncing %s: %w", dir, err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := vfs.SyncDir(fs, dir); err != nil {
 		return fmt.Errorf("fsm: syncing %s: %w", dir, err)
 	}
 	return nil

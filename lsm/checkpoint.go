@@ -10,6 +10,7 @@ import (
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/record"
 	"github.com/cairnkv/cairn/lsm/version"
+	"github.com/cairnkv/cairn/lsm/vfs"
 )
 
 // Checkpoint writes a consistent copy of the DB into destDir, which must not
@@ -78,7 +79,7 @@ func (d *DB) Checkpoint(destDir string) (err error) {
 	}); err != nil {
 		return fmt.Errorf("lsm: checkpoint CURRENT: %w", err)
 	}
-	return syncDirOf(d.fs, destDir)
+	return vfs.SyncDir(d.fs, destDir)
 }
 
 // linkOrCopy hard-links src to dst, or copies it (synced) if the file

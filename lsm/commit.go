@@ -7,6 +7,7 @@ import (
 
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/record"
+	"github.com/cairnkv/cairn/lsm/vfs"
 )
 
 // The commit pipeline (group commit, as in LevelDB):
@@ -316,4 +317,4 @@ func (d *DB) createWAL(n base.FileNum) (vfsFile, error) {
 }
 
 // syncDir makes the directory's entries durable.
-func (d *DB) syncDir() error { return syncDirOf(d.fs, d.dirname) }
+func (d *DB) syncDir() error { return vfs.SyncDir(d.fs, d.dirname) }

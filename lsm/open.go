@@ -253,19 +253,6 @@ func (d *DB) deleteOrphans(names []string) {
 	}
 }
 
-// syncDirOf makes the entries of directory dir durable.
-func syncDirOf(fs vfs.FS, dir string) error {
-	f, err := fs.OpenDir(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // mkdirAllDurable creates dir and any missing parents, and syncs the parent
 // of every directory it created, so that the new directories survive a
 // crash: a directory's entry is durable only once its parent is synced.
@@ -287,7 +274,7 @@ func mkdirAllDurable(fs vfs.FS, dir string) error {
 	}
 	// Sync parents from the outermost new directory inwards.
 	for i := len(created) - 1; i >= 0; i-- {
-		if err := syncDirOf(fs, filepath.Dir(created[i])); err != nil {
+		if err := vfs.SyncDir(fs, filepath.Dir(created[i])); err != nil {
 			return err
 		}
 	}

@@ -43,7 +43,7 @@ func TestCheckpointSurvivesCrash(t *testing.T) {
 	if err := fs.MkdirAll(DBDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := syncDir(fs, "/"); err != nil {
+	if err := vfs.SyncDir(fs, "/"); err != nil {
 		t.Fatal(err)
 	}
 	db, err := lsm.Open(DBDir, &lsm.Options{FS: fs})

@@ -272,7 +272,7 @@ func newSweepRun(n int64, opts lsm.Options) *sweepRun {
 	if err := mem.MkdirAll(DBDir, 0o755); err != nil {
 		panic(err)
 	}
-	if err := syncDir(mem, "/"); err != nil {
+	if err := vfs.SyncDir(mem, "/"); err != nil {
 		panic(err)
 	}
 	rec := &recordingInjector{inner: errorfs.OnIndex(n)}

@@ -114,7 +114,7 @@ func Run(w *Workload, cfg Config) (res *Result, err error) {
 	if err := r.fs.MkdirAll(DBDir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := syncDir(r.fs, "/"); err != nil {
+	if err := vfs.SyncDir(r.fs, "/"); err != nil {
 		return nil, err
 	}
 	if r.db, err = lsm.Open(DBDir, r.options()); err != nil {
@@ -692,18 +692,6 @@ func (r *runner) invalid(o *invalidOp) (string, error) {
 		return "", r.failf("after a refused write: %s", err.(*Failure).Msg)
 	}
 	return "invalid argument", nil
-}
-
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // CompareHistories compares the histories of two runs of one workload. They

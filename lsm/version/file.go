@@ -2,6 +2,7 @@ package version
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"sync/atomic"
 
@@ -151,11 +152,11 @@ func formatKey(ikey []byte) string {
 func orderL0(a, b *FileMetadata) int {
 	switch {
 	case a.LargestSeq != b.LargestSeq:
-		return cmpUint(uint64(a.LargestSeq), uint64(b.LargestSeq))
+		return cmp.Compare(a.LargestSeq, b.LargestSeq)
 	case a.SmallestSeq != b.SmallestSeq:
-		return cmpUint(uint64(a.SmallestSeq), uint64(b.SmallestSeq))
+		return cmp.Compare(a.SmallestSeq, b.SmallestSeq)
 	}
-	return cmpUint(uint64(a.FileNum), uint64(b.FileNum))
+	return cmp.Compare(a.FileNum, b.FileNum)
 }
 
 // orderByKey is the order of L1+: by smallest internal key (then FileNum so
@@ -164,17 +165,7 @@ func orderByKey(a, b *FileMetadata) int {
 	if c := base.InternalCompare(a.Smallest, b.Smallest); c != 0 {
 		return c
 	}
-	return cmpUint(uint64(a.FileNum), uint64(b.FileNum))
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return cmp.Compare(a.FileNum, b.FileNum)
 }
 
 // disjoint reports whether a, which sorts before b in L1+ order, ends before

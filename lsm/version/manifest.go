@@ -117,19 +117,7 @@ func (vs *VersionSet) setCurrent(num base.FileNum) error {
 	return vs.syncDir()
 }
 
-func (vs *VersionSet) syncDir() error { return syncDir(vs.fs, vs.dir) }
-
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+func (vs *VersionSet) syncDir() error { return vfs.SyncDir(vs.fs, vs.dir) }
 
 // readCurrent returns the manifest number CURRENT names. CURRENT must hold
 // exactly "MANIFEST-<number>\n" as setCurrent writes it.

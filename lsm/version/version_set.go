@@ -134,7 +134,7 @@ func Create(fs vfs.FS, dir string, opts Options) (*VersionSet, error) {
 		return nil, err
 	}
 	// dir's own entry in its parent must be durable too.
-	if err := syncDir(fs, filepath.Dir(dir)); err != nil {
+	if err := vfs.SyncDir(fs, filepath.Dir(dir)); err != nil {
 		return nil, err
 	}
 	empty := &Version{}

@@ -54,3 +54,17 @@ type FS interface {
 	// another, fails until the returned Closer is closed.
 	Lock(name string) (io.Closer, error)
 }
+
+// SyncDir makes the entries of directory dir durable: the creations,
+// removals, renames and links made in it so far.
+func SyncDir(fs FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
