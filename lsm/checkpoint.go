@@ -8,9 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/cairnkv/cairn/lsm/internal/base"
-	"github.com/cairnkv/cairn/lsm/record"
 	"github.com/cairnkv/cairn/lsm/version"
-	"github.com/cairnkv/cairn/lsm/vfs"
 )
 
 // Checkpoint writes a consistent copy of the DB into destDir, which must not
@@ -64,22 +62,10 @@ func (d *DB) Checkpoint(destDir string) (err error) {
 			ve.AddFile(level, f)
 		}
 	}
-	if err := d.writeFileSynced(base.MakeFilepath(destDir, base.FileTypeManifest, manifestNum), func(w io.Writer) error {
-		rw := record.NewWriter(w)
-		if _, err := rw.WriteRecord(ve.Encode()); err != nil {
-			return err
-		}
-		return rw.Close()
-	}); err != nil {
+	if err := version.WriteManifest(d.fs, destDir, manifestNum, ve); err != nil {
 		return fmt.Errorf("lsm: checkpoint manifest: %w", err)
 	}
-	if err := d.writeFileSynced(base.MakeFilepath(destDir, base.FileTypeCurrent, 0), func(w io.Writer) error {
-		_, err := io.WriteString(w, base.MakeFilename(base.FileTypeManifest, manifestNum)+"\n")
-		return err
-	}); err != nil {
-		return fmt.Errorf("lsm: checkpoint CURRENT: %w", err)
-	}
-	return vfs.SyncDir(d.fs, destDir)
+	return nil
 }
 
 // linkOrCopy hard-links src to dst, or copies it (synced) if the file

@@ -95,8 +95,12 @@ func (vs *VersionSet) closeManifest() error {
 // setCurrent points CURRENT at MANIFEST-num atomically: it writes a temporary
 // file, syncs it, renames it over CURRENT and syncs the directory.
 func (vs *VersionSet) setCurrent(num base.FileNum) error {
-	tmp := base.MakeFilepath(vs.dir, base.FileTypeTemp, num)
-	f, err := vs.fs.Create(tmp)
+	return setCurrent(vs.fs, vs.dir, num)
+}
+
+func setCurrent(fs vfs.FS, dir string, num base.FileNum) error {
+	tmp := base.MakeFilepath(dir, base.FileTypeTemp, num)
+	f, err := fs.Create(tmp)
 	if err != nil {
 		return err
 	}
@@ -108,13 +112,43 @@ func (vs *VersionSet) setCurrent(num base.FileNum) error {
 		err = cerr
 	}
 	if err == nil {
-		err = vs.fs.Rename(tmp, base.MakeFilepath(vs.dir, base.FileTypeCurrent, 0))
+		err = fs.Rename(tmp, base.MakeFilepath(dir, base.FileTypeCurrent, 0))
 	}
 	if err != nil {
-		_ = vs.fs.Remove(tmp)
+		_ = fs.Remove(tmp)
 		return err
 	}
-	return vs.syncDir()
+	return vfs.SyncDir(fs, dir)
+}
+
+// WriteManifest makes dir a DB whose state is edit: it writes manifest num
+// holding edit alone (a snapshot of a whole version, with the comparer name,
+// log number, next file number and last sequence number), syncs it and its
+// directory entry, and points CURRENT at it atomically. Checkpoints use it;
+// the tables edit names must already be in dir.
+func WriteManifest(fs vfs.FS, dir string, num base.FileNum, edit *VersionEdit) error {
+	f, err := fs.Create(base.MakeFilepath(dir, base.FileTypeManifest, num))
+	if err != nil {
+		return err
+	}
+	w := record.NewWriter(f)
+	_, err = w.WriteRecord(edit.Encode())
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = vfs.SyncDir(fs, dir)
+	}
+	if err != nil {
+		return err
+	}
+	return setCurrent(fs, dir, num)
 }
 
 func (vs *VersionSet) syncDir() error { return vfs.SyncDir(vs.fs, vs.dir) }
