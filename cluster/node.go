@@ -374,6 +374,11 @@ func (n *Node) startGossip() error {
 // Config.ShutdownTimeout); the node is stopped in any case. Calling it again
 // does nothing.
 func (n *Node) Shutdown(ctx context.Context) error {
+	return n.stop(ctx, true)
+}
+
+// stop stops the node once; see stopLocked.
+func (n *Node) stop(ctx context.Context, graceful bool) error {
 	n.lifeMu.Lock()
 	defer n.lifeMu.Unlock()
 	if n.shutdown {
@@ -384,7 +389,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		n.cancel()
 		return nil
 	}
-	return n.stopLocked(ctx, true)
+	return n.stopLocked(ctx, graceful)
 }
 
 // stopLocked stops everything Start started. graceful adds the leave, the
@@ -487,17 +492,7 @@ func (n *Node) hasOtherVoter() bool {
 // kill stops the node abruptly, as a crash would (but with files closed):
 // no leave, no leadership transfer, no drain. For tests.
 func (n *Node) kill() error {
-	n.lifeMu.Lock()
-	defer n.lifeMu.Unlock()
-	if n.shutdown {
-		return nil
-	}
-	n.shutdown = true
-	if !n.started {
-		n.cancel()
-		return nil
-	}
-	return n.stopLocked(context.Background(), false)
+	return n.stop(context.Background(), false)
 }
 
 // ID returns the node's ID.

@@ -56,17 +56,13 @@ func (c Compression) sst() sst.Compression {
 }
 
 func (c Compression) String() string {
-	switch c {
-	case DefaultCompression:
+	switch {
+	case c == DefaultCompression:
 		return "default(snappy)"
-	case NoCompression:
-		return "none"
-	case SnappyCompression:
-		return "snappy"
-	case ZstdCompression:
-		return "zstd"
+	case c > ZstdCompression:
+		return fmt.Sprintf("Compression(%d)", uint8(c))
 	}
-	return fmt.Sprintf("Compression(%d)", uint8(c))
+	return c.sst().String()
 }
 
 // Options configure a DB. The zero value of every field means its default.
