@@ -104,7 +104,7 @@ func (d *DB) tableGet(f *version.FileMetadata, key []byte, snap base.SeqNum, h u
 		d.tableFilter.useful.Add(1)
 		return nil, 0, 0, false, nil
 	}
-	v, kind, seq, ok, err := r.Get(key, snap, h)
+	v, kind, seq, ok, err := r.GetUnfiltered(key, snap)
 	if err != nil {
 		return nil, 0, 0, false, fmt.Errorf("lsm: table %s: %w", f.FileNum, err)
 	}

@@ -349,7 +349,16 @@ func (r *Reader) MayContain(h uint64) bool {
 // the result. With a warm cache Get does not allocate (for keys up to 256
 // bytes).
 func (r *Reader) Get(ukey []byte, seq base.SeqNum, h uint64) (value []byte, kind base.Kind, keySeq base.SeqNum, found bool, err error) {
-	if seq == 0 || (r.hasFilter && !r.filter.MayContain(h)) {
+	if r.hasFilter && !r.filter.MayContain(h) {
+		return nil, 0, 0, false, nil
+	}
+	return r.GetUnfiltered(ukey, seq)
+}
+
+// GetUnfiltered is Get without the filter probe, for a caller that has
+// already asked MayContain (to count what the filter saves).
+func (r *Reader) GetUnfiltered(ukey []byte, seq base.SeqNum) (value []byte, kind base.Kind, keySeq base.SeqNum, found bool, err error) {
+	if seq == 0 {
 		return nil, 0, 0, false, nil
 	}
 	t := base.MakeTrailer(min(seq-1, base.SeqNumMax), base.KindMax)
