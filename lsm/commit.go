@@ -255,7 +255,7 @@ func (d *DB) switchMemTableLocked(n, count int) error {
 	newLogNum := d.mu.versions.NewFileNum()
 	oldLog := d.mu.log
 	d.mu.Unlock()
-	var newFile vfsFile
+	var newFile vfs.File
 	var err error
 	if !d.opts.DisableWAL {
 		if oldLog.w != nil {
@@ -304,7 +304,7 @@ func (d *DB) switchMemTableLocked(n, count int) error {
 }
 
 // createWAL creates WAL n and makes its directory entry durable.
-func (d *DB) createWAL(n base.FileNum) (vfsFile, error) {
+func (d *DB) createWAL(n base.FileNum) (vfs.File, error) {
 	f, err := d.fs.Create(base.MakeFilepath(d.dirname, base.FileTypeLog, n))
 	if err != nil {
 		return nil, err

@@ -1,12 +1,6 @@
 package lsm
 
-import (
-	"sync"
-
-	"github.com/cairnkv/cairn/lsm/vfs"
-)
-
-type vfsFile = vfs.File
+import "sync"
 
 // condVar is a sync.Cond bound to d.mu, kept per writer so that a group
 // leader wakes exactly the writers it finished.

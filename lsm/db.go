@@ -82,11 +82,9 @@ type DB struct {
 	// memtables already flushed.
 	tableFilter, retiredMemFilter filterCounters
 
-	bgWG     sync.WaitGroup
-	flushCh  chan struct{}
-	compactC chan struct{}
-	cleanCh  chan struct{}
-	closeCh  chan struct{}
+	bgWG    sync.WaitGroup
+	cleanCh chan struct{}
+	closeCh chan struct{}
 }
 
 type filterCounters struct{ checked, useful atomic.Int64 }

@@ -7,6 +7,7 @@ import (
 	"github.com/cairnkv/cairn/lsm/internal/rangedel"
 	"github.com/cairnkv/cairn/lsm/sst"
 	"github.com/cairnkv/cairn/lsm/version"
+	"github.com/cairnkv/cairn/lsm/vfs"
 )
 
 // Flush writes every memtable to L0 and waits until it is done. The
@@ -199,7 +200,7 @@ func (d *DB) writeTable(fileNum base.FileNum, fill func(w *sst.Writer) error) (*
 // tableOutput is a table being written by a flush or a compaction.
 type tableOutput struct {
 	fileNum base.FileNum
-	file    vfsFile
+	file    vfs.File
 }
 
 func (d *DB) startTable(n base.FileNum) (*tableOutput, *sst.Writer, error) {

@@ -40,14 +40,12 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 	}()
 
 	d := &DB{
-		dirname:  dirname,
-		opts:     o,
-		fs:       fs,
-		lock:     lock,
-		flushCh:  make(chan struct{}, 1),
-		compactC: make(chan struct{}, 1),
-		cleanCh:  make(chan struct{}, 1),
-		closeCh:  make(chan struct{}),
+		dirname: dirname,
+		opts:    o,
+		fs:      fs,
+		lock:    lock,
+		cleanCh: make(chan struct{}, 1),
+		closeCh: make(chan struct{}),
 	}
 	d.cache = o.Cache
 	if d.cache == nil {
