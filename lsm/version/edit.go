@@ -28,6 +28,12 @@ const (
 	// range (tag&tagSafeIgnoreMask != 0) so that older readers keep working;
 	// any other unknown tag makes the edit corrupt.
 	tagSafeIgnoreMask = 1 << 13
+
+	// tagWALSynced records that a WAL was synced (or closed) at a size
+	// (RocksDB's WalAddition). It is in the safe-to-ignore range: a reader
+	// that does not know it loses only the extra check at recovery, never
+	// data, so manifests that carry it still open with older versions.
+	tagWALSynced = tagSafeIgnoreMask | 1
 )
 
 // maxEncodedLen bounds the length prefix of any byte-string field. A manifest
@@ -58,6 +64,18 @@ type CompactPointer struct {
 	Key   []byte
 }
 
+// WALSynced records that WAL Num was durable up to SyncedSize bytes: every
+// byte below that offset was synced, so recovery must find the WAL and find
+// those bytes intact; damage there is corruption, not a torn tail. A later
+// record for the same WAL supersedes an earlier one and never gives a
+// smaller size. A WAL numbered below the set's log number is obsolete, and
+// what was recorded of it is forgotten (the log number is this format's
+// record of WAL deletion, RocksDB's WalDeletion).
+type WALSynced struct {
+	Num        base.FileNum
+	SyncedSize uint64
+}
+
 // VersionEdit is the difference between two versions plus the bookkeeping of
 // the version set at the time it was written. Edits are the records of the
 // manifest; replaying them in order from an empty version yields the current
@@ -82,6 +100,8 @@ type VersionEdit struct {
 	// DeletedFiles are removed before NewFiles are added.
 	DeletedFiles map[DeletedFile]struct{}
 	NewFiles     []NewFile
+	// WALsSynced are synced sizes of WALs, at most one per WAL.
+	WALsSynced []WALSynced
 }
 
 // DeleteFile records the removal of file n from level.
@@ -159,6 +179,13 @@ func (e *VersionEdit) AppendEncoded(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, m.NumEntries)
 		dst = binary.AppendUvarint(dst, m.NumDeletions)
 		dst = binary.AppendUvarint(dst, m.NumRangeDeletions)
+	}
+	for _, w := range e.WALsSynced {
+		var payload [2 * binary.MaxVarintLen64]byte
+		p := binary.AppendUvarint(payload[:0], uint64(w.Num))
+		p = binary.AppendUvarint(p, w.SyncedSize)
+		dst = binary.AppendUvarint(dst, tagWALSynced)
+		dst = appendBytes(dst, p)
 	}
 	return dst
 }
@@ -267,6 +294,25 @@ func (e *VersionEdit) decode(b []byte) error {
 			}
 			e.AddFile(level, m)
 
+		case tagWALSynced:
+			// The payload is length-prefixed like every safe-to-ignore
+			// field; bytes after the fields this version knows are room
+			// for later ones and are skipped.
+			p := decoder{b: d.bytes("WAL synced size")}
+			if d.err != nil {
+				break
+			}
+			w := WALSynced{Num: p.fileNum("WAL number"), SyncedSize: p.uvarint("WAL synced size")}
+			if p.err != nil {
+				return p.err
+			}
+			for _, x := range e.WALsSynced {
+				if x.Num == w.Num {
+					return base.CorruptionErrorf("version: edit: WAL %s synced size recorded twice", w.Num)
+				}
+			}
+			e.WALsSynced = append(e.WALsSynced, w)
+
 		default:
 			if tag&tagSafeIgnoreMask == 0 {
 				return base.CorruptionErrorf("version: edit: unknown tag %d", tag)
@@ -371,6 +417,9 @@ func (e *VersionEdit) String() string {
 	for _, nf := range e.NewFiles {
 		fmt.Fprintf(&sb, "add-file: L%d %s seqs=[%d-%d] size=%d\n",
 			nf.Level, nf.Meta, nf.Meta.SmallestSeq, nf.Meta.LargestSeq, nf.Meta.Size)
+	}
+	for _, w := range e.WALsSynced {
+		fmt.Fprintf(&sb, "wal-synced: %s size=%d\n", w.Num, w.SyncedSize)
 	}
 	return sb.String()
 }

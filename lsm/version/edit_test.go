@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/cairnkv/cairn/lsm/internal/base"
@@ -56,6 +57,12 @@ func randomEdit(rng *rand.Rand) *VersionEdit {
 			NumDeletions: rng.Uint64(),
 		})
 	}
+	for i := range rng.IntN(3) {
+		e.WALsSynced = append(e.WALsSynced, WALSynced{
+			Num:        base.FileNum(rng.Uint64N(1000)*3 + uint64(i) + 1), // distinct
+			SyncedSize: rng.Uint64N(1 << uint(rng.IntN(64))),
+		})
+	}
 	return e
 }
 
@@ -64,7 +71,8 @@ func editsEqual(a, b *VersionEdit) bool {
 	if a.ComparerName != b.ComparerName || a.LogNumber != b.LogNumber ||
 		a.NextFileNum != b.NextFileNum || a.LastSeq != b.LastSeq ||
 		len(a.CompactPointers) != len(b.CompactPointers) ||
-		len(a.DeletedFiles) != len(b.DeletedFiles) || len(a.NewFiles) != len(b.NewFiles) {
+		len(a.DeletedFiles) != len(b.DeletedFiles) || len(a.NewFiles) != len(b.NewFiles) ||
+		!slices.Equal(a.WALsSynced, b.WALsSynced) {
 		return false
 	}
 	for i := range a.CompactPointers {
@@ -225,6 +233,18 @@ func FuzzDecodeEdit(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{tagNewFile})
 	f.Add(binary.AppendUvarint(nil, tagSafeIgnoreMask|3))
+	// WAL synced sizes: well-formed, with trailing payload bytes, with an
+	// empty or truncated payload, with a zero WAL number, twice.
+	walField := func(payload ...byte) []byte {
+		return appendBytes(binary.AppendUvarint(nil, tagWALSynced), payload)
+	}
+	f.Add((&VersionEdit{LogNumber: 3, WALsSynced: []WALSynced{{Num: 5, SyncedSize: 426895}}}).Encode())
+	f.Add(walField(5, 0x80, 0x01, 0xff))
+	f.Add(walField())
+	f.Add(walField(5))
+	f.Add(walField(5, 0x80))
+	f.Add(walField(0, 7))
+	f.Add(append(walField(5, 7), walField(5, 9)...))
 	empty := &Version{}
 	empty.PrepareForInstall()
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -258,4 +278,58 @@ func FuzzDecodeEdit(f *testing.F) {
 			t.Fatalf("non-corruption error %v", err)
 		}
 	})
+}
+
+// TestEditWALSyncedEncoding pins the byte layout of a WAL synced size (see
+// doc.go) and checks that a reader that does not know the tag — one that
+// only skips safe-to-ignore fields, as versions before it did — reads the
+// rest of the edit unchanged.
+func TestEditWALSyncedEncoding(t *testing.T) {
+	e := &VersionEdit{LogNumber: 5, WALsSynced: []WALSynced{{Num: 5, SyncedSize: 300}}}
+	want := []byte{
+		tagLogNumber, 5,
+		0x81, 0x40, // tag 0x2001 as a uvarint
+		3,          // payload length
+		5,          // WAL number
+		0xac, 0x02, // synced size 300
+	}
+	if got := e.Encode(); !bytes.Equal(got, want) {
+		t.Fatalf("encoding = % x, want % x", got, want)
+	}
+	if tagWALSynced&tagSafeIgnoreMask == 0 {
+		t.Fatal("the WAL synced size tag must be safe to ignore, or older versions refuse the manifest")
+	}
+	// An older reader: every tag with the safe-ignore bit is a length and
+	// bytes to skip.
+	d := decoder{b: want}
+	var old VersionEdit
+	for len(d.b) > 0 && d.err == nil {
+		switch tag := d.uvarint("tag"); {
+		case tag&tagSafeIgnoreMask != 0:
+			d.bytes("ignorable field")
+		case tag == tagLogNumber:
+			old.LogNumber = d.fileNum("log number")
+		default:
+			t.Fatalf("unexpected tag %d", tag)
+		}
+	}
+	if d.err != nil || old.LogNumber != 5 {
+		t.Fatalf("an older reader got %+v, %v", old, d.err)
+	}
+	// A longer payload (a later version's extra fields) still decodes.
+	ext := append(binary.AppendUvarint(nil, tagWALSynced), appendBytes(nil, []byte{5, 0xac, 0x02, 0x99, 0x01})...)
+	var got VersionEdit
+	if err := got.Decode(ext); err != nil || !slices.Equal(got.WALsSynced, e.WALsSynced) {
+		t.Fatalf("decoding an extended payload: %+v, %v", got.WALsSynced, err)
+	}
+	for _, bad := range [][]byte{
+		append(binary.AppendUvarint(nil, tagWALSynced), appendBytes(nil, []byte{0, 1})...), // WAL 0
+		append(binary.AppendUvarint(nil, tagWALSynced), appendBytes(nil, []byte{5})...),    // no size
+		append(binary.AppendUvarint(nil, tagWALSynced), 9, 5, 1),                           // payload overruns
+		append(e.Encode(), e.Encode()[2:]...),                                              // WAL 5 twice
+	} {
+		if err := got.Decode(bad); !base.IsCorruption(err) {
+			t.Errorf("Decode(% x) = %v, want corruption", bad, err)
+		}
+	}
 }

@@ -1,9 +1,11 @@
 package version
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -87,8 +89,14 @@ type VersionSet struct {
 	current         *Version
 	logNumber       base.FileNum
 	compactPointers [NumLevels][]byte
-	writing         bool
-	writerCond      sync.Cond // L is the DB mutex, bound by the first LogAndApply
+	// walsSynced maps each WAL whose synced size the manifest records to
+	// that size. Invariant: every key is at least logNumber (obsolete WALs
+	// are forgotten when the log number passes them). Changed only by the
+	// manifest writer with the DB mutex held, so the writer may read it
+	// without the mutex.
+	walsSynced map[base.FileNum]uint64
+	writing    bool
+	writerCond sync.Cond // L is the DB mutex, bound by the first LogAndApply
 	// err is sticky: once set (a failed manifest write, or Close), every
 	// LogAndApply returns it.
 	err error
@@ -114,7 +122,7 @@ type VersionSet struct {
 }
 
 func newVersionSet(fs vfs.FS, dir string, opts Options) *VersionSet {
-	vs := &VersionSet{fs: fs, dir: dir, opts: opts.withDefaults()}
+	vs := &VersionSet{fs: fs, dir: dir, opts: opts.withDefaults(), walsSynced: make(map[base.FileNum]uint64)}
 	vs.list.live.prev, vs.list.live.next = &vs.list.live, &vs.list.live
 	vs.nextFileNum.Store(1)
 	return vs
@@ -140,7 +148,7 @@ func Create(fs vfs.FS, dir string, opts Options) (*VersionSet, error) {
 	empty := &Version{}
 	empty.PrepareForInstall()
 	num := vs.NewFileNum()
-	if err := vs.createManifest(num, vs.snapshotEdit(empty, 0, vs.compactPointers)); err != nil {
+	if err := vs.createManifest(num, vs.snapshotEdit(empty, 0, vs.compactPointers, vs.walsSynced)); err != nil {
 		return nil, err
 	}
 	vs.installInitial(empty)
@@ -171,7 +179,7 @@ func Load(fs vfs.FS, dir string, opts Options) (*VersionSet, error) {
 	}
 	v.PrepareForInstall()
 	num := vs.NewFileNum()
-	if err := vs.createManifest(num, vs.snapshotEdit(v, vs.logNumber, vs.compactPointers)); err != nil {
+	if err := vs.createManifest(num, vs.snapshotEdit(v, vs.logNumber, vs.compactPointers, vs.walsSynced)); err != nil {
 		return nil, err
 	}
 	v.takeFileRefs()
@@ -234,6 +242,13 @@ func (vs *VersionSet) replay(num base.FileNum) (*Version, error) {
 		for _, cp := range e.CompactPointers {
 			vs.compactPointers[cp.Level] = cp.Key
 		}
+		for _, w := range e.WALsSynced {
+			if prev, ok := vs.walsSynced[w.Num]; ok && w.SyncedSize < prev {
+				return nil, base.CorruptionErrorf("version: %s record %d: WAL %s synced size %d is below the %d recorded before",
+					name, records, w.Num, w.SyncedSize, prev)
+			}
+		}
+		vs.applyWALsSynced(e.WALsSynced)
 	}
 	if records == 0 {
 		return nil, base.CorruptionErrorf("version: %s holds no edit", name)
@@ -252,6 +267,9 @@ func (vs *VersionSet) replay(num base.FileNum) (*Version, error) {
 	// manifest says the next one is.
 	vs.MarkFileNumUsed(num)
 	vs.MarkFileNumUsed(vs.logNumber)
+	for n := range vs.walsSynced {
+		vs.MarkFileNumUsed(n)
+	}
 	for _, files := range v.Levels {
 		for _, f := range files {
 			vs.MarkFileNumUsed(f.FileNum)
@@ -271,9 +289,26 @@ func (vs *VersionSet) installInitial(v *Version) {
 	vs.current = v
 }
 
+// applyWALsSynced records the synced sizes of ws and forgets every WAL
+// below the log number.
+// REQUIRES: the DB mutex held and the manifest writer owned, or the set not
+// yet shared.
+func (vs *VersionSet) applyWALsSynced(ws []WALSynced) {
+	for _, w := range ws {
+		if w.Num >= vs.logNumber {
+			vs.walsSynced[w.Num] = max(vs.walsSynced[w.Num], w.SyncedSize)
+		}
+	}
+	for n := range vs.walsSynced {
+		if n < vs.logNumber {
+			delete(vs.walsSynced, n)
+		}
+	}
+}
+
 // snapshotEdit returns an edit that recreates v and the set's bookkeeping
 // from nothing: the first record of every manifest.
-func (vs *VersionSet) snapshotEdit(v *Version, logNumber base.FileNum, cps [NumLevels][]byte) *VersionEdit {
+func (vs *VersionSet) snapshotEdit(v *Version, logNumber base.FileNum, cps [NumLevels][]byte, wals map[base.FileNum]uint64) *VersionEdit {
 	e := &VersionEdit{
 		ComparerName: vs.opts.ComparerName,
 		LogNumber:    logNumber,
@@ -291,6 +326,12 @@ func (vs *VersionSet) snapshotEdit(v *Version, logNumber base.FileNum, cps [NumL
 			e.NewFiles = append(e.NewFiles, NewFile{Level: level, Meta: f})
 		}
 	}
+	for n, size := range wals {
+		if n >= logNumber {
+			e.WALsSynced = append(e.WALsSynced, WALSynced{Num: n, SyncedSize: size})
+		}
+	}
+	slices.SortFunc(e.WALsSynced, func(a, b WALSynced) int { return cmp.Compare(a.Num, b.Num) })
 	return e
 }
 
@@ -345,7 +386,7 @@ func (vs *VersionSet) LogAndApply(mu *sync.Mutex, edit *VersionEdit) error {
 	}
 	// Only the writer changes these, so they may be read after mu is
 	// released.
-	prev, logNumber, compactPointers := vs.current, vs.logNumber, vs.compactPointers
+	prev, logNumber, compactPointers, wals := vs.current, vs.logNumber, vs.compactPointers, vs.walsSynced
 	held := time.Since(start)
 
 	mu.Unlock()
@@ -356,7 +397,7 @@ func (vs *VersionSet) LogAndApply(mu *sync.Mutex, edit *VersionEdit) error {
 		}
 	}
 	if newManifestNum != 0 {
-		snapshot := vs.snapshotEdit(prev, logNumber, compactPointers)
+		snapshot := vs.snapshotEdit(prev, logNumber, compactPointers, wals)
 		snapshot.NextFileNum, snapshot.LastSeq = edit.NextFileNum, edit.LastSeq
 		err = vs.createManifest(newManifestNum, snapshot, edit)
 	} else {
@@ -383,6 +424,7 @@ func (vs *VersionSet) LogAndApply(mu *sync.Mutex, edit *VersionEdit) error {
 	for _, cp := range edit.CompactPointers {
 		vs.compactPointers[cp.Level] = slices.Clone(cp.Key)
 	}
+	vs.applyWALsSynced(edit.WALsSynced)
 	nv.vs = vs
 	nv.refs.Store(1)
 	vs.list.Lock()
@@ -421,6 +463,17 @@ func (vs *VersionSet) prepareLocked(edit *VersionEdit) (*Version, base.FileNum, 
 		}
 	}
 	edit.ComparerName = ""
+	seen := make(map[base.FileNum]bool, len(edit.WALsSynced))
+	for _, w := range edit.WALsSynced {
+		switch {
+		case w.Num == 0 || uint64(w.Num) >= vs.nextFileNum.Load() || seen[w.Num]:
+			return nil, 0, base.InvalidArgumentf("version: edit records the synced size of WAL %s, which is not allocated or recorded twice", w.Num)
+		case w.Num >= edit.LogNumber && w.SyncedSize < vs.walsSynced[w.Num]:
+			return nil, 0, base.InvalidArgumentf("version: edit records WAL %s synced at %d, below the %d recorded before",
+				w.Num, w.SyncedSize, vs.walsSynced[w.Num])
+		}
+		seen[w.Num] = true
+	}
 
 	b := newBuilder(vs.current, invalidArgf)
 	if err := b.apply(edit); err != nil {
@@ -451,6 +504,13 @@ func (vs *VersionSet) Current() *Version { return vs.current }
 //
 // REQUIRES: the DB mutex held.
 func (vs *VersionSet) LogNumber() base.FileNum { return vs.logNumber }
+
+// WALsSynced returns a copy of the synced sizes the manifest records for the
+// WALs that are not obsolete (numbered at least LogNumber). Recovery must
+// find each of these WALs intact up to its size.
+//
+// REQUIRES: the DB mutex held.
+func (vs *VersionSet) WALsSynced() map[base.FileNum]uint64 { return maps.Clone(vs.walsSynced) }
 
 // CompactPointer returns where the next compaction of level should start,
 // or nil.

@@ -3,6 +3,7 @@ package version
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -32,7 +33,7 @@ func (s setState) String() string {
 // stateOf captures vs's state. REQUIRES: no LogAndApply running.
 func stateOf(vs *VersionSet) setState {
 	return setState{
-		version:   vs.Current().String() + metaSummary(vs.Current()),
+		version:   vs.Current().String() + metaSummary(vs.Current()) + walsSummary(vs.WALsSynced()),
 		logNumber: vs.LogNumber(),
 		lastSeq:   vs.LastSeq(),
 		maxFile:   vs.NextFileNum() - 1,
@@ -46,6 +47,15 @@ func metaSummary(v *Version) string {
 		for _, f := range files {
 			fmt.Fprintf(&sb, "%d:%d/%d/%d ", f.FileNum, f.Size, f.NumEntries, f.NumDeletions)
 		}
+	}
+	return sb.String()
+}
+
+// walsSummary renders the WAL synced sizes a set records.
+func walsSummary(wals map[base.FileNum]uint64) string {
+	var sb strings.Builder
+	for _, n := range slices.Sorted(maps.Keys(wals)) {
+		fmt.Fprintf(&sb, " wal %s synced %d", n, wals[n])
 	}
 	return sb.String()
 }
@@ -79,6 +89,8 @@ type workload struct {
 	vs  *VersionSet
 	mu  *sync.Mutex
 	seq base.SeqNum
+	// wals is the model of the set's WAL synced sizes.
+	wals map[base.FileNum]uint64
 }
 
 // step applies one random edit with LogAndApply.
@@ -98,9 +110,20 @@ func (w *workload) stepEdit() (*VersionEdit, setState, error) {
 	e := w.makeEditLocked()
 	cur := w.vs.Current()
 	err := w.vs.LogAndApply(w.mu, e)
+	wals := maps.Clone(w.wals)
+	if wals == nil {
+		wals = make(map[base.FileNum]uint64)
+	}
+	for _, ws := range e.WALsSynced {
+		wals[ws.Num] = ws.SyncedSize
+	}
+	maps.DeleteFunc(wals, func(n base.FileNum, _ uint64) bool { return n < e.LogNumber })
 	var after setState
 	if nv, aerr := applyEdit(cur, e); aerr == nil {
-		after = setState{version: nv.String() + metaSummary(nv), logNumber: e.LogNumber, lastSeq: e.LastSeq, maxFile: e.NextFileNum - 1}
+		after = setState{version: nv.String() + metaSummary(nv) + walsSummary(wals), logNumber: e.LogNumber, lastSeq: e.LastSeq, maxFile: e.NextFileNum - 1}
+	}
+	if err == nil {
+		w.wals = wals
 	}
 	return e, after, err
 }
@@ -111,6 +134,12 @@ func (w *workload) makeEditLocked() *VersionEdit {
 	v := w.vs.Current()
 	next := w.vs.NextFileNum()
 	e := &VersionEdit{}
+	// The current WAL (numbered the log number, as in the DB) is synced
+	// further now and then; a flush may record the final size of the WAL it
+	// makes obsolete in the same edit.
+	if log := w.vs.LogNumber(); log != 0 && w.rng.IntN(3) == 0 {
+		e.WALsSynced = append(e.WALsSynced, WALSynced{Num: log, SyncedSize: w.wals[log] + w.rng.Uint64N(1<<20)})
+	}
 	switch w.rng.IntN(3) {
 	case 0: // flush
 		for range 1 + w.rng.IntN(2) {
@@ -409,4 +438,56 @@ func TestFaultSweep(t *testing.T) {
 	if surfaced < int(n)/2 {
 		t.Fatalf("only %d of %d injected errors surfaced", surfaced, n)
 	}
+}
+
+// TestWALsSynced: synced sizes survive reloads and manifest rolls, never
+// decrease, and are forgotten once the log number passes their WAL.
+func TestWALsSynced(t *testing.T) {
+	fs := vfs.NewMem()
+	var mu sync.Mutex
+	vs := mustCreate(t, fs, Options{MaxManifestFileSize: 1})
+	apply := func(e *VersionEdit) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return vs.LogAndApply(&mu, e)
+	}
+	for range 10 {
+		vs.NewFileNum()
+	}
+	if err := apply(&VersionEdit{LogNumber: 4, WALsSynced: []WALSynced{{Num: 4, SyncedSize: 100}, {Num: 6, SyncedSize: 7}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(&VersionEdit{WALsSynced: []WALSynced{{Num: 4, SyncedSize: 250}, {Num: 3, SyncedSize: 9}}}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what, want string) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		if got := walsSummary(vs.WALsSynced()); got != want {
+			t.Fatalf("%s: WALs synced%s, want%s", what, got, want)
+		}
+	}
+	check("after two edits", " wal 000004 synced 250 wal 000006 synced 7")
+	for _, bad := range []*VersionEdit{
+		{WALsSynced: []WALSynced{{Num: 4, SyncedSize: 249}}},
+		{WALsSynced: []WALSynced{{Num: 99, SyncedSize: 1}}},
+		{WALsSynced: []WALSynced{{Num: 6, SyncedSize: 8}, {Num: 6, SyncedSize: 9}}},
+	} {
+		if err := apply(bad); !errors.Is(err, base.ErrInvalidArgument) {
+			t.Fatalf("LogAndApply(%s) = %v, want invalid argument", bad, err)
+		}
+	}
+	check("after refused edits", " wal 000004 synced 250 wal 000006 synced 7")
+	vs.Close()
+	vs = mustLoad(t, fs, Options{})
+	check("reloaded", " wal 000004 synced 250 wal 000006 synced 7")
+	if err := apply(&VersionEdit{LogNumber: 5}); err != nil {
+		t.Fatal(err)
+	}
+	check("log number 5", " wal 000006 synced 7")
+	vs.Close()
+	vs = mustLoad(t, fs, Options{})
+	check("reloaded after log number 5", " wal 000006 synced 7")
+	vs.Close()
 }
