@@ -89,6 +89,8 @@
 //	  5  compact pointer  level | len | internal key
 //	  6  deleted file     level | file num
 //	  7  new file         see below
+//	0x2001  WAL synced    len | WAL num | synced size [| later fields]
+//	                                                (at most once per WAL)
 //	bit 13 set            len | bytes: safe to ignore (forward compatibility)
 //	any other tag         corruption
 //
@@ -101,9 +103,18 @@
 //	| smallest seq | largest seq | num entries | num deletions | num range deletions |
 //	+--------------+-------------+-------------+---------------+---------------------+
 //
+// A WAL synced field (0x2001, encoded as the uvarint bytes 0x81 0x40) says
+// that WAL "WAL num" was durable up to "synced size" bytes when the edit was
+// written. Its payload is length-prefixed; this version reads the two
+// uvarints and skips any bytes after them, which a later version may use.
+// For example WAL 5 synced at 300 bytes is
+//
+//	81 40 | 03 | 05 | ac 02
+//	 tag    len  num  size
+//
 // Fields appear in the order ComparerName, LogNumber, NextFileNum, LastSeq,
-// compact pointers, deleted files (by level, then file number), new files;
-// readers accept any order. Zero (or an empty name) means absent and is not
+// compact pointers, deleted files (by level, then file number), new files,
+// WAL synced sizes; readers accept any order. Zero (or an empty name) means absent and is not
 // written. A level must be below NumLevels, a file number non-zero, a key a
 // valid internal key, and a file's smallest key and sequence number no larger
 // than its largest; the same deleted file may not appear twice.
@@ -113,4 +124,27 @@
 // optional information (which older readers may safely lose) under such
 // tags. Information an older reader must not ignore gets an ordinary new tag,
 // which older readers reject as corruption rather than misread.
+//
+// # Tracked WALs
+//
+// Following RocksDB's track_and_verify_wals_in_manifest, the manifest
+// records how far each live WAL is known to be durable (WALSynced: the DB
+// records a WAL's size when it closes it and at some of its syncs), so
+// that recovery can tell a torn tail (damage past the recorded size, which a
+// crash can leave) from corruption (damage below it, or the WAL missing or
+// shorter, which nothing legitimate produces). A later record for a WAL
+// supersedes an earlier one and may not record a smaller size. WAL deletion
+// is recorded by the log number, which plays RocksDB's WalDeletion role:
+// WALs numbered below it are obsolete (their contents are all in tables),
+// may be deleted, and what was recorded of them is forgotten
+// (VersionSet.WALsSynced lists only WALs at or above it). Every new
+// manifest's snapshot edit repeats the recorded sizes of the WALs that are
+// not obsolete.
+//
+// Compatibility: the field is in the safe-to-ignore range. A manifest
+// written before it existed has no such field and loads as before (its WALs
+// are simply untracked); a version that does not know it skips it and
+// loses only the check, and the next manifest it writes drops the sizes,
+// after which the DB's WALs are untracked again until they are next closed
+// or synced.
 package version
