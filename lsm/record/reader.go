@@ -42,8 +42,9 @@ type Reader struct {
 
 	// rec assembles records made of several fragments.
 	rec []byte
-	// lastRecord is the offset of the record last returned by Next.
-	lastRecord int64
+	// lastRecord is the offset of the record last returned by Next;
+	// lastEnd the offset just past its last fragment.
+	lastRecord, lastEnd int64
 	// err is sticky: io.EOF, a corruption error or an I/O error.
 	err error
 	// torn and tornOffset describe a dropped tail (see TornTail).
@@ -74,6 +75,14 @@ func (r *Reader) TornTail() bool { return r.torn }
 // TornOffset returns the offset at which the dropped tail starts (the end of
 // the last complete record, but for padding), or -1 if TornTail is false.
 func (r *Reader) TornOffset() int64 { return r.tornOffset }
+
+// EndOffset returns the offset just past the last fragment of the record
+// last returned by Next, or 0 before the first: the length of the log's
+// intact prefix that the records read so far cover. After Next has returned
+// io.EOF it is where the readable log ends; a writer that wrote n bytes
+// and synced them left a log whose EndOffset at io.EOF is n, whatever was
+// appended after.
+func (r *Reader) EndOffset() int64 { return r.lastEnd }
 
 // LastRecordOffset returns the offset at which the record last returned by
 // Next starts, or -1 before the first record.
@@ -201,7 +210,7 @@ func (r *Reader) Next() ([]byte, error) {
 				return nil, r.damaged(recStart, f.off, fmt.Sprintf("incomplete record (no LAST fragment before offset %d)", f.off), false)
 			}
 			if f.typ == fullType {
-				r.lastRecord = f.off
+				r.lastRecord, r.lastEnd = f.off, r.blockOffset+int64(r.pos)
 				return f.payload, nil
 			}
 			inRecord, recStart = true, f.off
@@ -212,7 +221,7 @@ func (r *Reader) Next() ([]byte, error) {
 			}
 			r.rec = append(r.rec, f.payload...)
 			if f.typ == lastType {
-				r.lastRecord = recStart
+				r.lastRecord, r.lastEnd = recStart, r.blockOffset+int64(r.pos)
 				return r.rec, nil
 			}
 		}

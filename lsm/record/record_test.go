@@ -129,6 +129,23 @@ func TestRoundTrip(t *testing.T) {
 		if r.LastRecordOffset() != l.start(len(records)-1) {
 			t.Fatalf("LastRecordOffset = %d, want %d", r.LastRecordOffset(), l.start(len(records)-1))
 		}
+		if r.EndOffset() != int64(len(l.data)) {
+			t.Fatalf("EndOffset at EOF = %d, want the log's size %d", r.EndOffset(), len(l.data))
+		}
+		// Record by record, EndOffset is where the format puts the end of
+		// the record's last fragment.
+		r = NewReader(bytes.NewReader(l.data))
+		if r.EndOffset() != 0 {
+			t.Fatalf("EndOffset before the first record = %d", r.EndOffset())
+		}
+		for i := range records {
+			if _, err := r.Next(); err != nil {
+				t.Fatal(err)
+			}
+			if r.EndOffset() != l.end(i) {
+				t.Fatalf("seed %d record %d: EndOffset = %d, want %d", seed, i, r.EndOffset(), l.end(i))
+			}
+		}
 	}
 }
 
