@@ -97,7 +97,7 @@ func (d *DB) Write(b *Batch, wo *WriteOptions) error {
 	mem, lw, lf, lnum := d.mu.mem, d.mu.log.w, d.mu.log.file, d.mu.log.num
 	d.mu.Unlock()
 
-	var walBytes int64
+	var walBytes, syncedSize int64
 	if err == nil && lw != nil {
 		for _, g := range group {
 			if _, err = lw.WriteRecord(g.batch.Repr()); err != nil {
@@ -110,6 +110,7 @@ func (d *DB) Write(b *Batch, wo *WriteOptions) error {
 		}
 		if err == nil && anySync {
 			err = lf.Sync()
+			syncedSize = lw.Size()
 		}
 		if err != nil {
 			err = fmt.Errorf("lsm: writing WAL %s: %w", lnum, err)
@@ -129,6 +130,13 @@ func (d *DB) Write(b *Batch, wo *WriteOptions) error {
 	}
 
 	d.mu.Lock()
+	if err == nil && syncedSize > 0 && d.opts.WALSyncRecordBytes > 0 &&
+		syncedSize-d.mu.log.recordedSize >= d.opts.WALSyncRecordBytes {
+		// Still the leader: no other write can sync or switch the WAL
+		// while the manifest is written (see Options.WALSyncRecordBytes
+		// for why not at every sync).
+		err = d.recordWALSyncedLocked(lnum, syncedSize)
+	}
 	if err == nil {
 		d.visibleSeq.Store(uint64(seq))
 		d.mu.stats.walBytes += walBytes
@@ -271,6 +279,12 @@ func (d *DB) switchMemTableLocked(n, count int) error {
 		}
 	}
 	d.mu.Lock()
+	if err == nil && oldLog.w != nil {
+		// The old WAL is complete: from now on a torn tail in it is
+		// corruption, and recovery must find it whole until its memtable
+		// is flushed.
+		err = d.recordWALSyncedLocked(oldLog.num, oldLog.w.Size())
+	}
 	if err != nil {
 		if oldLog.w != nil {
 			// The old WAL was closed above, whatever the outcome.
@@ -284,6 +298,7 @@ func (d *DB) switchMemTableLocked(n, count int) error {
 		return err
 	}
 	d.mu.log.num = newLogNum
+	d.mu.log.recordedSize = 0
 	d.mu.log.file = newFile
 	if newFile != nil {
 		d.mu.liveLogs = append(d.mu.liveLogs, newLogNum)

@@ -2,6 +2,7 @@ package lsm
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,9 @@ type DB struct {
 			num  base.FileNum
 			file vfs.File
 			w    *record.Writer
+			// recordedSize is the synced size of this WAL last recorded
+			// in the manifest (0: none).
+			recordedSize int64
 		}
 		snapshots snapshotList
 		// bgErr is a sticky error from the WAL or a background job whose
@@ -181,8 +185,15 @@ func (d *DB) Close() error {
 	// too, so that it reaches the caller even if no write follows it.
 	errs := []error{flushErr, d.mu.bgErr}
 	if d.mu.log.w != nil {
-		errs = append(errs, d.mu.log.w.Flush(), d.mu.log.file.Sync(), d.mu.log.file.Close())
+		w := d.mu.log.w
+		ferr, serr := w.Flush(), d.mu.log.file.Sync()
+		errs = append(errs, ferr, serr, d.mu.log.file.Close())
 		d.mu.log.w = nil
+		if ferr == nil && serr == nil && d.mu.bgErr == nil {
+			// A cleanly closed WAL cannot have a torn tail: say so in
+			// the manifest, so that recovery reports any damage in it.
+			errs = append(errs, d.recordWALSyncedLocked(d.mu.log.num, w.Size()))
+		}
 	}
 	rs := d.readState.Swap(nil)
 	d.mu.Unlock()
@@ -195,6 +206,21 @@ func (d *DB) Close() error {
 	d.mu.Unlock()
 	errs = append(errs, d.tables.close(), d.lock.Close())
 	return errors.Join(errs...)
+}
+
+// recordWALSyncedLocked records in the manifest that WAL n is durable up
+// to size bytes.
+// REQUIRES: d.mu held (released while the manifest is written); the caller
+// leads the commit queue, or Close has drained it.
+func (d *DB) recordWALSyncedLocked(n base.FileNum, size int64) error {
+	ve := &version.VersionEdit{WALsSynced: []version.WALSynced{{Num: n, SyncedSize: uint64(size)}}}
+	if err := d.mu.versions.LogAndApply(&d.mu.Mutex, ve); err != nil {
+		return fmt.Errorf("lsm: recording the synced size of WAL %s in the manifest: %w", n, err)
+	}
+	if n == d.mu.log.num {
+		d.mu.log.recordedSize = size
+	}
+	return nil
 }
 
 // setBackgroundErrorLocked records a sticky error.

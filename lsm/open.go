@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,6 +101,25 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 	}
 	slices.Sort(logs)
 
+	// WALs the manifest records a synced size of must be there, and intact
+	// up to that size. One that is missing is corruption; with
+	// point-in-time recovery, the replay stops before it instead.
+	d.mu.Lock()
+	synced := vs.WALsSynced()
+	d.mu.Unlock()
+	for _, n := range slices.Sorted(maps.Keys(synced)) {
+		if slices.Contains(logs, n) {
+			continue
+		}
+		if o.WALRecovery != WALRecoverPointInTime {
+			return nil, base.CorruptionErrorf("lsm: WAL %s is missing, but the manifest records it synced at %d bytes and not yet flushed",
+				n, synced[n])
+		}
+		o.Logger.Printf("lsm: WAL %s is missing (the manifest records it synced at %d bytes): recovering up to it", n, synced[n])
+		logs = slices.DeleteFunc(logs, func(l base.FileNum) bool { return l > n })
+		break
+	}
+
 	// Replay the WALs into memtables, flushing each one that fills.
 	ve := &version.VersionEdit{}
 	maxSeq := vs.LastSeq()
@@ -119,7 +139,11 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 		return nil
 	}
 	for _, n := range logs {
-		stop, err := d.replayWAL(n, &mem, &maxSeq, flushMem)
+		size, tracked := synced[n]
+		if !tracked {
+			size = 0
+		}
+		stop, err := d.replayWAL(n, int64(size), &mem, &maxSeq, flushMem)
 		if err != nil {
 			return nil, err
 		}
@@ -167,8 +191,10 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 
 // replayWAL applies the batches of WAL n to *mem, calling flushMem when the
 // memtable is full. stop reports that point-in-time recovery met damage and
-// later WALs must be ignored.
-func (d *DB) replayWAL(n base.FileNum, mem **memTable, maxSeq *base.SeqNum, flushMem func() error) (stop bool, err error) {
+// later WALs must be ignored. syncedSize is the size up to which the
+// manifest records the WAL as durable (0 if it records nothing): the
+// records must cover at least that much, or the WAL is corrupt.
+func (d *DB) replayWAL(n base.FileNum, syncedSize int64, mem **memTable, maxSeq *base.SeqNum, flushMem func() error) (stop bool, err error) {
 	name := base.MakeFilepath(d.dirname, base.FileTypeLog, n)
 	f, err := d.fs.Open(name)
 	if err != nil {
@@ -212,6 +238,16 @@ func (d *DB) replayWAL(n base.FileNum, mem **memTable, maxSeq *base.SeqNum, flus
 			return false, fmt.Errorf("lsm: replaying WAL %s: %w", n, err)
 		}
 		*maxSeq = max(*maxSeq, br.seq+base.SeqNum(br.count)-1)
+	}
+	if end := r.EndOffset(); end < syncedSize {
+		// A crash tears only what was not yet synced: damage (or a
+		// truncation) below the synced size is not a torn tail.
+		if d.opts.WALRecovery == WALRecoverPointInTime {
+			d.opts.Logger.Printf("lsm: WAL %s: damaged at offset %d, below its synced size %d: recovering up to the damage", n, end, syncedSize)
+			return true, nil
+		}
+		return false, base.CorruptionErrorf("lsm: replaying WAL %s: its intact records end at offset %d, below the %d bytes the manifest records as synced (damaged or truncated durable data, not a torn tail)",
+			n, end, syncedSize)
 	}
 	if r.TornTail() {
 		d.opts.Logger.Printf("lsm: WAL %s: dropped a torn tail at offset %d", n, r.TornOffset())

@@ -122,6 +122,16 @@ type Options struct {
 
 	// WALRecovery chooses how Open treats a damaged WAL.
 	WALRecovery WALRecoveryMode
+	// WALSyncRecordBytes: a synced write also records the WAL's synced
+	// size in the manifest (one more append and fsync, of the manifest)
+	// once the WAL has grown by at least this many bytes since the size
+	// last recorded. Recovery treats damage below a recorded size as
+	// corruption and only damage past it as a torn tail (see "Recovery" in
+	// the package documentation). A WAL's final size is always recorded
+	// when it is closed (memtable switch, Flush, Close). 1 records at
+	// every synced write; a negative value only at close. Default
+	// DefaultWALSyncRecordBytes.
+	WALSyncRecordBytes int64
 	// DisableWAL skips the WAL: writes not yet flushed are lost in a crash.
 	// Close flushes the memtables, so a clean Close loses nothing.
 	DisableWAL bool
@@ -134,6 +144,13 @@ type Options struct {
 	// ErrorIfNotExists makes Open fail when the directory holds no DB.
 	ErrorIfNotExists bool
 }
+
+// DefaultWALSyncRecordBytes is the default WALSyncRecordBytes. Recording
+// at every synced write would double the fsyncs of a synced write: in
+// BenchmarkFillSync (one writer, every Put synced) it cost XXX; recording
+// at most once per MiB costs one manifest fsync per ~9,000 such Puts of
+// 100-byte values. See bench/RESULTS.md, 2026-12-01.
+const DefaultWALSyncRecordBytes = 1 << 20
 
 // MemTableBloomAssumedEntryBytes is the average entry size used to turn
 // MemtableBloomBitsPerKey into a filter size for a memtable of
@@ -191,6 +208,9 @@ func (o *Options) withDefaults() (*Options, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = log.New(io.Discard, "", 0)
+	}
+	if c.WALSyncRecordBytes == 0 {
+		c.WALSyncRecordBytes = DefaultWALSyncRecordBytes
 	}
 	bad := func(field string, v any) (*Options, error) {
 		return nil, base.InvalidArgumentf("option %s = %v", field, v)
