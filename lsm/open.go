@@ -89,6 +89,7 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 		return nil, err
 	}
 	var logs []base.FileNum
+	staleLogsBelow := vs.LogNumber()
 	for _, name := range names {
 		ft, n, ok := base.ParseFilename(name)
 		if !ok {
@@ -180,7 +181,7 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 
 	d.mu.Unlock()
 	d.deleteObsoleteFiles()
-	d.deleteOrphans(names)
+	d.deleteOrphans(names, staleLogsBelow)
 	d.mu.Lock()
 
 	d.bgWG.Add(1)
@@ -260,8 +261,10 @@ func (d *DB) replayWAL(n base.FileNum, syncedSize int64, mem **memTable, maxSeq 
 
 // deleteOrphans removes files a crash left behind: tables no version
 // references (outputs of an interrupted flush or compaction), temporary
-// files and old manifests.
-func (d *DB) deleteOrphans(names []string) {
+// files, old manifests, and WALs numbered below staleLogsBelow (the log
+// number the manifest had before this Open: WALs whose removal had not
+// reached the disk when the machine crashed).
+func (d *DB) deleteOrphans(names []string, staleLogsBelow base.FileNum) {
 	d.mu.Lock()
 	live := d.mu.versions.LiveFiles()
 	manifest := d.mu.versions.ManifestFileNum()
@@ -280,6 +283,8 @@ func (d *DB) deleteOrphans(names []string) {
 			obsolete = true
 		case base.FileTypeManifest:
 			obsolete = n != manifest
+		case base.FileTypeLog:
+			obsolete = n < staleLogsBelow
 		}
 		if obsolete {
 			d.removeFile(ft, n)

@@ -474,3 +474,36 @@ func TestWALTrackingMessage(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestObsoleteWALRemovedAtOpen: a WAL deleted after its memtable was
+// flushed, whose deletion never reached the disk (no directory sync before
+// the crash), is deleted by the next Open instead of lingering forever.
+func TestObsoleteWALRemovedAtOpen(t *testing.T) {
+	fs := vfs.NewMem()
+	o := Options{FS: fs}
+	d := mustOpen(t, "/db", &o)
+	if err := d.Put([]byte("k"), []byte("v"), Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	crashed := fs.CrashClone()
+	d.Close()
+	before := walFiles(t, crashed, "/db")
+	if len(before) < 2 {
+		t.Fatalf("the crash image holds WALs %q: the test needs the flushed one to linger", before)
+	}
+	o.FS = crashed
+	d = mustOpen(t, "/db", &o)
+	defer d.Close()
+	after := walFiles(t, crashed, "/db")
+	for _, w := range after {
+		if w == before[0] {
+			t.Fatalf("obsolete WAL %s still there after Open: %q", w, after)
+		}
+	}
+	if v, err := d.Get([]byte("k")); err != nil || string(v) != "v" {
+		t.Fatalf("Get(k) = %q, %v", v, err)
+	}
+}

@@ -18,10 +18,10 @@ type Config struct {
 
 func (c Config) String() string {
 	o := c.Opts
-	return fmt.Sprintf("%s{memtable=%d blocks=%d restart=%d L0trigger=%d targetFile=%d lbase=%d mult=%d compression=%v filterBits=%v memBloomBits=%v cache=%d walRecovery=%d disableWAL=%v}",
+	return fmt.Sprintf("%s{memtable=%d blocks=%d restart=%d L0trigger=%d targetFile=%d lbase=%d mult=%d compression=%v filterBits=%v memBloomBits=%v cache=%d walRecovery=%d walSyncRecord=%d disableWAL=%v}",
 		c.Name, o.MemTableSizeBytes, o.BlockSizeBytes, o.BlockRestartInterval, o.L0CompactionThreshold,
 		o.TargetFileSizeBytes, o.LBaseMaxBytes, o.LevelMultiplier, o.Compression, o.FilterBitsPerKey,
-		o.MemtableBloomBitsPerKey, o.CacheSizeBytes, o.WALRecovery, o.DisableWAL)
+		o.MemtableBloomBitsPerKey, o.CacheSizeBytes, o.WALRecovery, o.WALSyncRecordBytes, o.DisableWAL)
 }
 
 // Configs returns the option sets every workload runs under. Sizes that
@@ -31,11 +31,13 @@ func (c Config) String() string {
 //   - default: the engine's defaults (zero Options).
 //   - tiny: 64 KiB memtables, 64–256 B blocks, L0 compaction at 2 files,
 //     small target files and a small base level: flushes, compactions and
-//     multi-file levels happen constantly, and the small block cache evicts.
+//     multi-file levels happen constantly, and the small block cache evicts;
+//     every synced write records the WAL's size in the manifest.
 //   - nofilter: no SST filters and no memtable Bloom filter.
 //   - zstd: Zstd compression, point-in-time WAL recovery.
 //   - snappy: Snappy compression, a restart point at every key, 3 filter
-//     bits per key (many false positives).
+//     bits per key (many false positives); WAL sizes recorded only when a
+//     WAL is closed.
 //   - nowal: the WAL disabled.
 func Configs(seed uint64) []Config {
 	rng := rand.New(rand.NewPCG(seed, 0x636f6e666967))
@@ -51,6 +53,7 @@ func Configs(seed uint64) []Config {
 			LBaseMaxBytes:         64 << 10,
 			LevelMultiplier:       4,
 			CacheSizeBytes:        256 << 10,
+			WALSyncRecordBytes:    1,
 		}},
 		{Name: "nofilter", Opts: lsm.Options{
 			MemTableSizeBytes:       64 << 10,
@@ -73,6 +76,7 @@ func Configs(seed uint64) []Config {
 			Compression:          lsm.SnappyCompression,
 			BlockRestartInterval: 1,
 			FilterBitsPerKey:     3,
+			WALSyncRecordBytes:   -1,
 		}},
 		{Name: "nowal", Opts: lsm.Options{
 			MemTableSizeBytes:     64 << 10,
