@@ -164,7 +164,30 @@ func BenchmarkIterate(b *testing.B) {
 // (no group commit with a single writer), so it measures the durable-write
 // path, including whatever that path records in the manifest.
 func BenchmarkFillSync(b *testing.B) {
-	d := benchDB(b)
+	benchFillSync(b, benchDB(b))
+}
+
+// BenchmarkFillSyncWALRecord is BenchmarkFillSync with the WAL's synced
+// size recorded in the manifest at every synced write, once per MiB of WAL
+// (the default), or only when a WAL is closed: the figures behind
+// DefaultWALSyncRecordBytes.
+func BenchmarkFillSyncWALRecord(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		bytes int64
+	}{{"every-sync", 1}, {"per-MiB", 1 << 20}, {"close-only", -1}} {
+		b.Run(c.name, func(b *testing.B) {
+			d, err := Open(b.TempDir(), &Options{FS: vfs.Default, WALSyncRecordBytes: c.bytes})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer d.Close()
+			benchFillSync(b, d)
+		})
+	}
+}
+
+func benchFillSync(b *testing.B, d *DB) {
 	value := make([]byte, 100)
 	var key []byte
 	b.SetBytes(int64(len(value) + 12))

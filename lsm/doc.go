@@ -41,6 +41,32 @@
 // unless Options.WALRecovery is WALRecoverPointInTime, which an operator
 // chooses to recover up to the damage explicitly.
 //
+// A crash can tear only what was not yet synced, but a damaged last record
+// looks the same as a torn one. So the manifest records, per live WAL, a
+// size up to which the WAL is known durable (as RocksDB's
+// track_and_verify_wals_in_manifest does; the format is in lsm/version):
+//
+//   - when the WAL is closed: at a memtable switch (which Flush does) and at
+//     Close, after the WAL's final sync: a cleanly closed WAL is covered
+//     entirely;
+//   - at a synced write, once the WAL has grown by Options.WALSyncRecordBytes
+//     (default 1 MiB) since the size last recorded. Recording at every
+//     synced write would cover a crashed WAL up to its last synced record,
+//     but costs a second fsync per write (2.3x the latency of a synced Put,
+//     see DefaultWALSyncRecordBytes), so by default the last MiB or so of
+//     a WAL that was synced but not closed when the machine crashed is
+//     covered only by the torn-tail rule above.
+//
+// The recovery rule: a WAL the manifest records with a size must exist,
+// and its intact records must reach at least that size. Damage or
+// truncation below it, or a missing WAL, fails Open with a corruption
+// error (with WALRecoverPointInTime: recovery stops at the damage, or
+// before the missing WAL); only damage past the recorded size can be a torn
+// tail. A WAL stops being tracked when the manifest's log number passes it
+// (its memtable is flushed; that is the record of its deletion), so a WAL
+// deleted after its flush is never missing. WALs of a DB whose manifest
+// predates this record are untracked until they are closed.
+//
 // # Durability contract
 //
 // A write acknowledged with WriteOptions.Sync survives a crash of the
