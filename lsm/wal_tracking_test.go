@@ -257,6 +257,12 @@ func TestWALSyncedDamageIsCorruption(t *testing.T) {
 				}
 			}
 			crashed := fs.CrashClone()
+			// Crash images whose WAL keeps a random part of the unsynced
+			// tail: a real torn write past the recorded size.
+			var torn []*vfs.MemFS
+			for s := range 10 {
+				torn = append(torn, fs.CrashCloneTorn(rand.New(rand.NewPCG(uint64(s), 9))))
+			}
 			if err := d.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -305,6 +311,9 @@ func TestWALSyncedDamageIsCorruption(t *testing.T) {
 			}
 
 			mustRecover("the crash image", crashed.CrashClone(), o, want)
+			for i, tfs := range torn {
+				mustRecover(fmt.Sprintf("torn crash image %d", i), tfs, o, want)
+			}
 
 			// A flip in the synced part: in the first, middle and last
 			// records below the recorded size, at several bytes each.
