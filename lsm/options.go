@@ -30,8 +30,9 @@ const (
 	// WAL shorter than that, and a missing WAL the manifest records (see
 	// "Recovery" in the package documentation).
 	WALRecoverStrict WALRecoveryMode = iota
-	// WALRecoverPointInTime replays up to the first damage anywhere and
-	// drops everything after it, in that WAL and in every later one. An
+	// WALRecoverPointInTime replays up to the first damage anywhere (or
+	// up to a missing WAL that the manifest records) and drops everything
+	// after it, in that WAL and in every later one. An
 	// operator chooses it explicitly to recover a damaged DB to a
 	// consistent earlier point.
 	WALRecoverPointInTime

@@ -345,6 +345,9 @@ func TestWALSyncedDamageIsCorruption(t *testing.T) {
 				t.Fatal(err)
 			}
 			mustBeCorrupt("WAL removed", missing)
+			pit := o
+			pit.WALRecovery = WALRecoverPointInTime
+			mustRecover("WAL removed, point-in-time recovery", missing.CrashClone(), pit, nil)
 
 			// Past the recorded size, a torn tail is still a torn tail:
 			// a cut in the middle of any later record, or a flip in the
