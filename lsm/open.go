@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -140,11 +141,9 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 		return nil
 	}
 	for _, n := range logs {
-		size, tracked := synced[n]
-		if !tracked {
-			size = 0
-		}
-		stop, err := d.replayWAL(n, int64(size), &mem, &maxSeq, flushMem)
+		// Untracked WALs have size 0: no check. A recorded size past
+		// what an int64 holds cannot be met and reports the WAL corrupt.
+		stop, err := d.replayWAL(n, int64(min(synced[n], math.MaxInt64)), &mem, &maxSeq, flushMem)
 		if err != nil {
 			return nil, err
 		}
