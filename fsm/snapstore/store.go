@@ -1,0 +1,422 @@
+package snapstore
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cairnkv/cairn/fsm"
+	"github.com/cairnkv/cairn/fsm/fsmpb"
+	"github.com/cairnkv/cairn/lsm/vfs"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+)
+
+// Names inside a snapshot's directory and the temporary suffix.
+const (
+	metaFileName  = "meta.json"
+	headFileName  = "head"
+	engineDirName = "engine"
+	tmpSuffix     = ".tmp"
+)
+
+// Store is a raft.SnapshotStore keeping each snapshot as a checkpoint
+// directory (see doc.go). It implements fsm.CheckpointSource, so give it to
+// fsm.Options.Checkpoints. Its methods are safe for concurrent use.
+type Store struct {
+	fs     vfs.FS
+	dir    string
+	retain int
+	logf   func(format string, args ...any)
+
+	mu struct {
+		sync.Mutex
+		// readers counts open readers per snapshot ID: a snapshot
+		// being read is not reaped (it goes at a later reap).
+		readers map[string]int
+	}
+}
+
+var (
+	_ raft.SnapshotStore   = (*Store)(nil)
+	_ fsm.CheckpointSource = (*Store)(nil)
+	_ fsm.CheckpointSink   = (*sink)(nil)
+)
+
+// Options configure a Store.
+type Options struct {
+	// FS is the file system; it must be the engine's (hard links).
+	// Default vfs.Default.
+	FS vfs.FS
+	// Retain is how many snapshots to keep (at least 1). Default 2.
+	Retain int
+	// Logger receives notable events. Default: discard.
+	Logger *log.Logger
+}
+
+// Open opens (creating it if needed) the store in dir, removing what a
+// crash left half made.
+func Open(dir string, opts *Options) (*Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Retain == 0 {
+		o.Retain = 2
+	}
+	if o.Retain < 1 {
+		return nil, fmt.Errorf("snapstore: Retain = %d, must be at least 1", o.Retain)
+	}
+	if o.Logger == nil {
+		o.Logger = log.New(io.Discard, "", 0)
+	}
+	s := &Store{fs: o.FS, dir: dir, retain: o.Retain, logf: o.Logger.Printf}
+	s.mu.readers = map[string]int{}
+	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("snapstore: %w", err)
+	}
+	if err := vfs.SyncDir(s.fs, filepath.Dir(dir)); err != nil {
+		return nil, fmt.Errorf("snapstore: %w", err)
+	}
+	names, err := s.fs.List(dir)
+	if err != nil {
+		return nil, fmt.Errorf("snapstore: %w", err)
+	}
+	reaped := false
+	for _, name := range names {
+		if strings.HasSuffix(name, tmpSuffix) {
+			s.logf("snapstore: removing %s, left by an interrupted snapshot", name)
+			if err := s.fs.RemoveAll(filepath.Join(dir, name)); err != nil {
+				return nil, fmt.Errorf("snapstore: %w", err)
+			}
+			reaped = true
+		}
+	}
+	if reaped {
+		if err := vfs.SyncDir(s.fs, dir); err != nil {
+			return nil, fmt.Errorf("snapstore: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Dir returns the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// meta is what meta.json holds: raft's metadata and the applied position
+// of the state machine in the snapshot (from its manifest), so that a
+// restart learns it without reading the snapshot.
+type meta struct {
+	raft.SnapshotMeta
+	AppliedIndex uint64
+	AppliedTerm  uint64
+}
+
+// Create starts a snapshot; see sink.
+func (s *Store) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
+	configurationIndex uint64, _ raft.Transport) (raft.SnapshotSink, error) {
+	if version < raft.SnapshotVersionMin || version > raft.SnapshotVersionMax {
+		return nil, fmt.Errorf("snapstore: unsupported snapshot version %d", version)
+	}
+	id := fmt.Sprintf("%d-%d-%d", term, index, time.Now().UnixMilli())
+	tmp := filepath.Join(s.dir, id+tmpSuffix)
+	if err := s.fs.RemoveAll(tmp); err != nil {
+		return nil, fmt.Errorf("snapstore: %w", err)
+	}
+	if err := s.fs.MkdirAll(tmp, 0o755); err != nil {
+		return nil, fmt.Errorf("snapstore: %w", err)
+	}
+	return &sink{
+		s:   s,
+		tmp: tmp,
+		meta: meta{SnapshotMeta: raft.SnapshotMeta{
+			Version:            version,
+			ID:                 id,
+			Index:              index,
+			Term:               term,
+			Configuration:      configuration,
+			ConfigurationIndex: configurationIndex,
+		}},
+	}, nil
+}
+
+// List returns the snapshots, newest first, reading only their meta.json.
+func (s *Store) List() ([]*raft.SnapshotMeta, error) {
+	ms, err := s.list()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*raft.SnapshotMeta, len(ms))
+	for i, m := range ms {
+		sm := m.SnapshotMeta
+		out[i] = &sm
+	}
+	return out, nil
+}
+
+// list returns the committed snapshots' metadata, newest first.
+func (s *Store) list() ([]*meta, error) {
+	names, err := s.fs.List(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("snapstore: %w", err)
+	}
+	var out []*meta
+	for _, name := range names {
+		if strings.HasSuffix(name, tmpSuffix) {
+			continue
+		}
+		m, err := s.readMeta(name)
+		if err != nil {
+			s.logf("snapstore: skipping %s: %v", name, err)
+			continue
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b *meta) int {
+		switch {
+		case a.Term != b.Term:
+			return cmpDesc(a.Term, b.Term)
+		case a.Index != b.Index:
+			return cmpDesc(a.Index, b.Index)
+		}
+		return strings.Compare(b.ID, a.ID)
+	})
+	return out, nil
+}
+
+func cmpDesc(a, b uint64) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
+}
+
+func (s *Store) readMeta(id string) (*meta, error) {
+	b, err := readFile(s.fs, filepath.Join(s.dir, id, metaFileName))
+	if err != nil {
+		return nil, err
+	}
+	m := &meta{}
+	if err := json.Unmarshal(b, m); err != nil {
+		return nil, fmt.Errorf("snapstore: %s: %w", metaFileName, err)
+	}
+	if m.ID != id {
+		return nil, fmt.Errorf("snapstore: %s names snapshot %q", metaFileName, m.ID)
+	}
+	return m, nil
+}
+
+// Manifest returns the manifest of snapshot id (its files and the applied
+// index and term), reading only its head.
+func (s *Store) Manifest(id string) (*fsmpb.SnapshotManifest, error) {
+	if !validID(id) {
+		return nil, fmt.Errorf("snapstore: bad snapshot ID %q", id)
+	}
+	b, err := readFile(s.fs, filepath.Join(s.dir, id, headFileName))
+	if err != nil {
+		return nil, err
+	}
+	return fsm.ReadSnapshotManifest(bytes.NewReader(b))
+}
+
+// AppliedIndex returns the state machine's applied index in snapshot id,
+// from its meta.json.
+func (s *Store) AppliedIndex(id string) (uint64, error) {
+	if !validID(id) {
+		return 0, fmt.Errorf("snapstore: bad snapshot ID %q", id)
+	}
+	m, err := s.readMeta(id)
+	if err != nil {
+		return 0, err
+	}
+	return m.AppliedIndex, nil
+}
+
+// Open returns snapshot id's stream: its head, then its files.
+func (s *Store) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	if !validID(id) {
+		return nil, nil, fmt.Errorf("snapstore: bad snapshot ID %q", id)
+	}
+	s.mu.Lock()
+	s.mu.readers[id]++
+	s.mu.Unlock()
+	release := func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.mu.readers[id]--; s.mu.readers[id] == 0 {
+			delete(s.mu.readers, id)
+		}
+	}
+	m, err := s.readMeta(id)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	head, err := readFile(s.fs, filepath.Join(s.dir, id, headFileName))
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	man, err := fsm.ReadSnapshotManifest(bytes.NewReader(head))
+	if err != nil {
+		release()
+		return nil, nil, fmt.Errorf("snapstore: snapshot %s: %w", id, err)
+	}
+	sm := m.SnapshotMeta
+	return &sm, &reader{
+		fs: s.fs, dir: filepath.Join(s.dir, id, engineDirName),
+		head: bytes.NewReader(head), files: man.Files, release: release,
+	}, nil
+}
+
+// FindCheckpoint returns the engine directory of the newest snapshot whose
+// manifest is m (fsm.CheckpointSource).
+func (s *Store) FindCheckpoint(m *fsmpb.SnapshotManifest) (string, bool) {
+	ms, err := s.list()
+	if err != nil {
+		return "", false
+	}
+	for _, sm := range ms {
+		if sm.AppliedIndex != m.AppliedIndex || sm.AppliedTerm != m.AppliedTerm {
+			continue
+		}
+		got, err := s.Manifest(sm.ID)
+		if err == nil && proto.Equal(got, m) {
+			return filepath.Join(s.dir, sm.ID, engineDirName), true
+		}
+	}
+	return "", false
+}
+
+// commit makes the snapshot in tmp visible as id, then reaps old ones.
+func (s *Store) commit(tmp, id string) error {
+	if err := vfs.SyncDir(s.fs, tmp); err != nil {
+		return fmt.Errorf("snapstore: %w", err)
+	}
+	if err := s.fs.Rename(tmp, filepath.Join(s.dir, id)); err != nil {
+		return fmt.Errorf("snapstore: %w", err)
+	}
+	if err := vfs.SyncDir(s.fs, s.dir); err != nil {
+		return fmt.Errorf("snapstore: %w", err)
+	}
+	if err := s.reap(); err != nil {
+		s.logf("snapstore: removing old snapshots: %v", err)
+	}
+	return nil
+}
+
+// reap removes the snapshots beyond Retain that no reader holds.
+func (s *Store) reap() error {
+	ms, err := s.list()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, m := range ms[min(len(ms), s.retain):] {
+		s.mu.Lock()
+		busy := s.mu.readers[m.ID] > 0
+		s.mu.Unlock()
+		if busy {
+			continue
+		}
+		// Rename first: a crash mid-removal must not leave a listed
+		// snapshot with files missing.
+		dead := filepath.Join(s.dir, m.ID+".reap"+tmpSuffix)
+		if err := s.fs.Rename(filepath.Join(s.dir, m.ID), dead); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := vfs.SyncDir(s.fs, s.dir); err != nil {
+			errs = append(errs, err)
+		}
+		if err := s.fs.RemoveAll(dead); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// newestFiles returns the files of the newest snapshot by name, for
+// reusing the checksums of files a new snapshot shares with it.
+func (s *Store) newestFiles() (id string, files map[string]*fsmpb.SnapshotFile) {
+	ms, err := s.list()
+	if err != nil || len(ms) == 0 {
+		return "", nil
+	}
+	m, err := s.Manifest(ms[0].ID)
+	if err != nil {
+		return "", nil
+	}
+	files = make(map[string]*fsmpb.SnapshotFile, len(m.Files))
+	for _, f := range m.Files {
+		files[f.Name] = f
+	}
+	return ms[0].ID, files
+}
+
+// validID reports whether id can name a snapshot directory.
+func validID(id string) bool {
+	return id != "" && id != "." && id != ".." && filepath.Base(id) == id &&
+		!strings.HasSuffix(id, tmpSuffix) && !strings.ContainsAny(id, "/\\\x00")
+}
+
+func readFile(fs vfs.FS, name string) ([]byte, error) {
+	f, err := fs.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("snapstore: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("snapstore: reading %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// writeFileSynced writes b into the new file name and syncs it.
+func writeFileSynced(fs vfs.FS, name string, b []byte) error {
+	f, err := fs.Create(name)
+	if err != nil {
+		return fmt.Errorf("snapstore: %w", err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("snapstore: writing %s: %w", name, err)
+	}
+	return nil
+}
+
+// sameFile reports whether a and b are the same file (hard links of one
+// inode). False when the FS cannot tell.
+func sameFile(fs vfs.FS, a, b string) bool {
+	ai, err := fs.Stat(a)
+	if err != nil {
+		return false
+	}
+	bi, err := fs.Stat(b)
+	if err != nil {
+		return false
+	}
+	return os.SameFile(ai, bi)
+}
