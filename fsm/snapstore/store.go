@@ -314,14 +314,15 @@ func (s *Store) commit(tmp, id string) error {
 	if err := vfs.SyncDir(s.fs, s.dir); err != nil {
 		return fmt.Errorf("snapstore: %w", err)
 	}
-	if err := s.reap(); err != nil {
+	if err := s.reap(id); err != nil {
 		s.logf("snapstore: removing old snapshots: %v", err)
 	}
 	return nil
 }
 
-// reap removes the snapshots beyond Retain that no reader holds.
-func (s *Store) reap() error {
+// reap removes the snapshots beyond Retain that no reader holds, never
+// keep (the one just committed, even if older than those retained).
+func (s *Store) reap(keep string) error {
 	ms, err := s.list()
 	if err != nil {
 		return err
@@ -329,7 +330,7 @@ func (s *Store) reap() error {
 	var errs []error
 	for _, m := range ms[min(len(ms), s.retain):] {
 		s.mu.Lock()
-		busy := s.mu.readers[m.ID] > 0
+		busy := s.mu.readers[m.ID] > 0 || m.ID == keep
 		s.mu.Unlock()
 		if busy {
 			continue
