@@ -87,7 +87,7 @@ func childMain(mode, base string) int {
 // childT is the testing.TB of the child: a failure exits with status 3.
 type childT struct{ testing.TB }
 
-func (*childT) Helper() {}
+func (*childT) Helper()        {}
 func (*childT) Cleanup(func()) {}
 func (c *childT) Fatal(args ...any) {
 	fmt.Fprintln(os.Stderr, args...)
@@ -272,4 +272,3 @@ func TestKillDuringTransferAndRestore(t *testing.T) {
 		replica.Close()
 	}
 }
-
