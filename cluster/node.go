@@ -147,6 +147,9 @@ func (n *Node) Start() (err error) {
 	if err := checkNodeID(c.DataDir, c.ID); err != nil {
 		return err
 	}
+	if err := checkSeedComplete(c.DataDir); err != nil {
+		return err
+	}
 	raftDir := filepath.Join(c.DataDir, raftDirName)
 	if err := os.MkdirAll(raftDir, 0o755); err != nil {
 		return fmt.Errorf("cluster: data directory: %w", err)
