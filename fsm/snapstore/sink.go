@@ -178,7 +178,9 @@ func (k *sink) Cancel() error {
 		pw.CloseWithError(errCancelled)
 		<-recvErr
 	}
+	k.mu.Lock()
 	k.err = errCancelled
+	k.mu.Unlock()
 	if err := k.s.fs.RemoveAll(k.tmp); err != nil {
 		return fmt.Errorf("snapstore: %w", err)
 	}
