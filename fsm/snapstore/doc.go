@@ -9,13 +9,18 @@
 //
 //   - Taking a snapshot (raft calls Create, then the FSM's Persist): the
 //     FSM recognises the sink as an fsm.CheckpointSink and hands it its
-//     checkpoint; the sink hard-links the files and writes the manifest. The
-//     CRC-32C of a file already in the newest snapshot (the same inode: SST
-//     and blob files are immutable) is taken from that snapshot's manifest,
-//     so only files new since the last snapshot are read. Bytes written:
-//     O(manifest); bytes read: O(data written since the last snapshot).
-//   - Sending a snapshot to a follower (Open): the stream (fsm/doc.go,
-//     "Snapshots") is the head file followed by the files, read lazily.
+//     checkpoint; the sink hard-links the files and writes the manifest.
+//     It reads no file: the CRC-32C of a file already in the newest
+//     snapshot (the same inode: SST and blob files are immutable) is taken
+//     from that snapshot's manifest, and the others stay unknown
+//     (pending.json) until the snapshot is first opened. Bytes written and
+//     read: O(manifest).
+//   - Sending a snapshot to a follower (Open): the first Open of a
+//     snapshot sums its files of unknown checksum (those written since the
+//     previous summed snapshot), writes its head and the exact stream size
+//     into meta.json (raft's InstallSnapshot checks the size); then the
+//     stream (fsm/doc.go, "Snapshots") is the head followed by the files,
+//     read lazily.
 //   - Receiving one from the leader (Create, then raft writes the stream
 //     into the sink): the sink parses the stream as it arrives
 //     (fsm.ReceiveSnapshot) into the snapshot's directory, checking every
@@ -25,8 +30,9 @@
 //     directory: the data is written once, by the receive.
 //   - Retained snapshots share unchanged files through hard links, so
 //     they cost what compaction rewrote between them.
-//   - List and Meta read only meta.json and head: nothing at startup reads
-//     data proportional to the data set.
+//   - List and AppliedIndex read only meta.json: nothing at startup reads
+//     data proportional to the data set. (List's Size is an estimate until
+//     the snapshot is first opened.)
 //
 // # Directory
 //
@@ -34,13 +40,16 @@
 //	  <term>-<index>-<unix ms>/      a snapshot (its ID)
 //	    meta.json                    raft.SnapshotMeta + the applied index/term
 //	    head                         the stream head: magic, version, manifest, crc
+//	    pending.json                 instead of head until every checksum is known
 //	    engine/                      the checkpoint's files (hard links)
 //	  <id>.tmp/                      a snapshot being made
 //
 // A snapshot is made in <id>.tmp (files linked or received and synced,
 // head and meta.json written and synced, the directory synced), then
 // renamed to <id> and <dir> synced: a crash leaves either no snapshot or a
-// whole one. Open removes every *.tmp (a crash interrupted it); List never
+// whole one. Completing the checksums writes head and meta.json by rename
+// (synced) before it removes pending.json, so a crash leaves the old
+// description or the new one. Open removes every *.tmp (a crash interrupted it); List never
 // shows one. After a new snapshot is committed the oldest beyond Retain are
 // removed (first renamed to <id>.tmp, so a crash during the removal leaves
 // garbage for the next Open, never a listed half-removed snapshot).

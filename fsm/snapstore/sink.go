@@ -1,11 +1,11 @@
 package snapstore
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/cairnkv/cairn/fsm"
@@ -32,6 +32,7 @@ type sink struct {
 
 	mu       sync.Mutex
 	manifest *fsmpb.SnapshotManifest // set by AdoptCheckpoint or the receive
+	known    []bool                  // per manifest file: checksum known (nil: all are)
 	pw       *io.PipeWriter          // set by the first Write
 	recvErr  chan error              // the receive's outcome
 	done     bool                    // closed or cancelled
@@ -68,8 +69,10 @@ func (k *sink) Write(p []byte) (int, error) {
 }
 
 // AdoptCheckpoint makes c the snapshot: hard links to its files and their
-// manifest (fsm.CheckpointSink). A file the newest snapshot holds too (the
-// same inode) keeps its recorded checksum; only the others are read.
+// manifest (fsm.CheckpointSink). It reads no file: a file the newest
+// snapshot holds too (the same inode; tables and blob files are immutable)
+// keeps the checksum recorded there, and the others are summed when the
+// snapshot is first opened (see Store.Open).
 func (k *sink) AdoptCheckpoint(c *fsm.Checkpoint) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -82,29 +85,22 @@ func (k *sink) AdoptCheckpoint(c *fsm.Checkpoint) error {
 	}
 	prevID, prev := k.s.newestFiles()
 	files := c.FileSizes()
-	for _, fi := range files {
+	known := make([]bool, len(files))
+	for i, fi := range files {
 		src, to := filepath.Join(c.Dir(), fi.Name), filepath.Join(dst, fi.Name)
 		if err := k.s.fs.Link(src, to); err != nil {
 			return fmt.Errorf("snapstore: linking checkpoint file: %w", err)
 		}
-		if p, ok := prev[fi.Name]; ok && p.Size == fi.Size && fsm.Immutable(fi.Name) &&
+		if p, ok := prev[fi.Name]; ok && p.known && p.Size == fi.Size && fsm.Immutable(fi.Name) &&
 			sameFile(k.s.fs, to, filepath.Join(k.s.dir, prevID, engineDirName, fi.Name)) {
-			fi.Crc32C = p.Crc32C
-			continue
+			fi.Crc32C, known[i] = p.Crc32C, true
 		}
-		sum, n, err := fsm.FileCRC32C(k.s.fs, to)
-		if err != nil {
-			return err
-		}
-		if uint64(n) != fi.Size {
-			return fmt.Errorf("snapstore: checkpoint file %s is %d bytes, was %d", fi.Name, n, fi.Size)
-		}
-		fi.Crc32C = sum
 	}
 	if err := syncDir(k.s, dst); err != nil {
 		return err
 	}
 	k.manifest = &fsmpb.SnapshotManifest{Files: files, AppliedIndex: c.AppliedIndex, AppliedTerm: c.AppliedTerm}
+	k.known = known
 	return nil
 }
 
@@ -140,25 +136,26 @@ func (k *sink) Close() error {
 	return err
 }
 
-// finishLocked writes head and meta.json and commits. REQUIRES: k.mu held.
+// finishLocked writes the manifest (head, or pending.json while some
+// checksums are unknown) and meta.json, and commits. REQUIRES: k.mu held.
 func (k *sink) finishLocked() error {
-	head, err := fsm.EncodeSnapshotHead(k.manifest)
-	if err != nil {
-		return err
-	}
-	k.meta.Size = int64(len(head))
-	for _, f := range k.manifest.Files {
-		k.meta.Size += int64(f.Size)
-	}
 	k.meta.AppliedIndex, k.meta.AppliedTerm = k.manifest.AppliedIndex, k.manifest.AppliedTerm
-	mb, err := json.Marshal(&k.meta)
-	if err != nil {
-		return fmt.Errorf("snapstore: %w", err)
+	if slices.Contains(k.known, false) {
+		if err := writePending(k.s.fs, k.tmp, k.manifest, k.known); err != nil {
+			return err
+		}
+		k.meta.Size = streamSize(nil, k.manifest) // exact once summed
+	} else {
+		head, err := fsm.EncodeSnapshotHead(k.manifest)
+		if err != nil {
+			return err
+		}
+		if err := writeFileSynced(k.s.fs, filepath.Join(k.tmp, headFileName), head); err != nil {
+			return err
+		}
+		k.meta.Size = streamSize(head, k.manifest)
 	}
-	if err := writeFileSynced(k.s.fs, filepath.Join(k.tmp, headFileName), head); err != nil {
-		return err
-	}
-	if err := writeFileSynced(k.s.fs, filepath.Join(k.tmp, metaFileName), mb); err != nil {
+	if err := writeMeta(k.s.fs, k.tmp, &k.meta); err != nil {
 		return err
 	}
 	return k.s.commit(k.tmp, k.meta.ID)

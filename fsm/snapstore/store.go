@@ -23,10 +23,11 @@ import (
 
 // Names inside a snapshot's directory and the temporary suffix.
 const (
-	metaFileName  = "meta.json"
-	headFileName  = "head"
-	engineDirName = "engine"
-	tmpSuffix     = ".tmp"
+	metaFileName    = "meta.json"
+	headFileName    = "head"
+	pendingFileName = "pending.json"
+	engineDirName   = "engine"
+	tmpSuffix       = ".tmp"
 )
 
 // Store is a raft.SnapshotStore keeping each snapshot as a checkpoint
@@ -44,6 +45,8 @@ type Store struct {
 		// being read is not reaped (it goes at a later reap).
 		readers map[string]int
 	}
+	// sumMu serializes completing the checksums of a snapshot (Open).
+	sumMu sync.Mutex
 }
 
 var (
@@ -222,7 +225,9 @@ func (s *Store) readMeta(id string) (*meta, error) {
 }
 
 // Manifest returns the manifest of snapshot id (its files and the applied
-// index and term), reading only its head.
+// index and term), reading only its head. A snapshot that has not been
+// opened since it was taken may not have every checksum yet: Manifest then
+// fails (Open completes them).
 func (s *Store) Manifest(id string) (*fsmpb.SnapshotManifest, error) {
 	if !validID(id) {
 		return nil, fmt.Errorf("snapstore: bad snapshot ID %q", id)
@@ -232,6 +237,89 @@ func (s *Store) Manifest(id string) (*fsmpb.SnapshotManifest, error) {
 		return nil, err
 	}
 	return fsm.ReadSnapshotManifest(bytes.NewReader(b))
+}
+
+// knownFile is a manifest entry and whether its checksum is known.
+type knownFile struct {
+	*fsmpb.SnapshotFile
+	known bool
+}
+
+// files returns the files of snapshot id, from its head or, if its
+// checksums are not all known yet, from pending.json.
+func (s *Store) files(id string) ([]knownFile, error) {
+	if m, err := s.Manifest(id); err == nil {
+		out := make([]knownFile, len(m.Files))
+		for i, f := range m.Files {
+			out[i] = knownFile{f, true}
+		}
+		return out, nil
+	}
+	m, known, err := readPending(s.fs, filepath.Join(s.dir, id))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]knownFile, len(m.Files))
+	for i, f := range m.Files {
+		out[i] = knownFile{f, known[i]}
+	}
+	return out, nil
+}
+
+// complete makes sure snapshot id has a head (every checksum known): it
+// sums the files whose checksums are unknown, writes head (synced, by
+// rename), rewrites meta.json with the exact stream size, removes
+// pending.json and syncs the directory. It returns the head and the meta.
+func (s *Store) complete(id string) ([]byte, *meta, error) {
+	s.sumMu.Lock()
+	defer s.sumMu.Unlock()
+	dir := filepath.Join(s.dir, id)
+	m, err := s.readMeta(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if head, err := readFile(s.fs, filepath.Join(dir, headFileName)); err == nil {
+		return head, m, nil
+	}
+	man, known, err := readPending(s.fs, dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, fi := range man.Files {
+		if known[i] {
+			continue
+		}
+		sum, n, err := fsm.FileCRC32C(s.fs, filepath.Join(dir, engineDirName, fi.Name))
+		if err != nil {
+			return nil, nil, err
+		}
+		if uint64(n) != fi.Size {
+			return nil, nil, fmt.Errorf("snapstore: snapshot %s file %s is %d bytes, its manifest says %d", id, fi.Name, n, fi.Size)
+		}
+		fi.Crc32C = sum
+	}
+	head, err := fsm.EncodeSnapshotHead(man)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmp := filepath.Join(dir, headFileName+tmpSuffix)
+	if err := writeFileSynced(s.fs, tmp, head); err != nil {
+		return nil, nil, err
+	}
+	if err := s.fs.Rename(tmp, filepath.Join(dir, headFileName)); err != nil {
+		return nil, nil, fmt.Errorf("snapstore: %w", err)
+	}
+	m.Size = streamSize(head, man)
+	if err := writeMeta(s.fs, dir, m); err != nil {
+		return nil, nil, err
+	}
+	if err := s.fs.Remove(filepath.Join(dir, pendingFileName)); err != nil {
+		return nil, nil, fmt.Errorf("snapstore: %w", err)
+	}
+	if err := syncDir(s, dir); err != nil {
+		return nil, nil, err
+	}
+	return head, m, nil
 }
 
 // AppliedIndex returns the state machine's applied index in snapshot id,
@@ -247,7 +335,11 @@ func (s *Store) AppliedIndex(id string) (uint64, error) {
 	return m.AppliedIndex, nil
 }
 
-// Open returns snapshot id's stream: its head, then its files.
+// Open returns snapshot id's stream: its head, then its files. The first
+// Open of a snapshot taken with AdoptCheckpoint sums the files whose
+// checksums were not known (those written since the previous snapshot),
+// so that taking a snapshot reads nothing; the meta it returns has the
+// stream's exact size (raft's InstallSnapshot checks it).
 func (s *Store) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	if !validID(id) {
 		return nil, nil, fmt.Errorf("snapstore: bad snapshot ID %q", id)
@@ -262,12 +354,7 @@ func (s *Store) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 			delete(s.mu.readers, id)
 		}
 	}
-	m, err := s.readMeta(id)
-	if err != nil {
-		release()
-		return nil, nil, err
-	}
-	head, err := readFile(s.fs, filepath.Join(s.dir, id, headFileName))
+	head, m, err := s.complete(id)
 	if err != nil {
 		release()
 		return nil, nil, err
@@ -354,17 +441,17 @@ func (s *Store) reap(keep string) error {
 
 // newestFiles returns the files of the newest snapshot by name, for
 // reusing the checksums of files a new snapshot shares with it.
-func (s *Store) newestFiles() (id string, files map[string]*fsmpb.SnapshotFile) {
+func (s *Store) newestFiles() (id string, files map[string]knownFile) {
 	ms, err := s.list()
 	if err != nil || len(ms) == 0 {
 		return "", nil
 	}
-	m, err := s.Manifest(ms[0].ID)
+	fs, err := s.files(ms[0].ID)
 	if err != nil {
 		return "", nil
 	}
-	files = make(map[string]*fsmpb.SnapshotFile, len(m.Files))
-	for _, f := range m.Files {
+	files = make(map[string]knownFile, len(fs))
+	for _, f := range fs {
 		files[f.Name] = f
 	}
 	return ms[0].ID, files
@@ -420,4 +507,77 @@ func sameFile(fs vfs.FS, a, b string) bool {
 		return false
 	}
 	return os.SameFile(ai, bi)
+}
+
+// streamSize is the length of a snapshot's stream: its head (if nil, that
+// of m with zero checksums, an estimate) and its files.
+func streamSize(head []byte, m *fsmpb.SnapshotManifest) int64 {
+	if head == nil {
+		head, _ = fsm.EncodeSnapshotHead(m)
+	}
+	n := int64(len(head))
+	for _, f := range m.Files {
+		n += int64(f.Size)
+	}
+	return n
+}
+
+// writeMeta writes dir/meta.json by rename (synced; the caller syncs dir).
+func writeMeta(fs vfs.FS, dir string, m *meta) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("snapstore: %w", err)
+	}
+	tmp := filepath.Join(dir, metaFileName+tmpSuffix)
+	if err := writeFileSynced(fs, tmp, b); err != nil {
+		return err
+	}
+	if err := fs.Rename(tmp, filepath.Join(dir, metaFileName)); err != nil {
+		return fmt.Errorf("snapstore: %w", err)
+	}
+	return nil
+}
+
+// pending is pending.json: the manifest of a snapshot some of whose
+// checksums are not known yet.
+type pending struct {
+	AppliedIndex, AppliedTerm uint64
+	Files                     []pendingFile
+}
+
+type pendingFile struct {
+	Name   string
+	Size   uint64
+	CRC32C uint32 `json:",omitempty"`
+	Known  bool   `json:",omitempty"`
+}
+
+func writePending(fs vfs.FS, dir string, m *fsmpb.SnapshotManifest, known []bool) error {
+	p := pending{AppliedIndex: m.AppliedIndex, AppliedTerm: m.AppliedTerm}
+	for i, f := range m.Files {
+		p.Files = append(p.Files, pendingFile{Name: f.Name, Size: f.Size, CRC32C: f.Crc32C, Known: known[i]})
+	}
+	b, err := json.Marshal(&p)
+	if err != nil {
+		return fmt.Errorf("snapstore: %w", err)
+	}
+	return writeFileSynced(fs, filepath.Join(dir, pendingFileName), b)
+}
+
+func readPending(fs vfs.FS, dir string) (*fsmpb.SnapshotManifest, []bool, error) {
+	b, err := readFile(fs, filepath.Join(dir, pendingFileName))
+	if err != nil {
+		return nil, nil, err
+	}
+	var p pending
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, nil, fmt.Errorf("snapstore: %s: %w", pendingFileName, err)
+	}
+	m := &fsmpb.SnapshotManifest{AppliedIndex: p.AppliedIndex, AppliedTerm: p.AppliedTerm}
+	known := make([]bool, len(p.Files))
+	for i, f := range p.Files {
+		m.Files = append(m.Files, &fsmpb.SnapshotFile{Name: f.Name, Size: f.Size, Crc32C: f.CRC32C})
+		known[i] = f.Known
+	}
+	return m, known, nil
 }

@@ -207,7 +207,7 @@ func TestSnapshotIsTheCheckpoint(t *testing.T) {
 		}
 	}
 	// The stream is what the FSM's streaming path writes.
-	_, rc, err := s.Open(id)
+	meta, rc, err := s.Open(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,8 +216,11 @@ func TestSnapshotIsTheCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if int64(len(got)) != metas[0].Size {
-		t.Fatalf("stream is %d bytes, meta says %d", len(got), metas[0].Size)
+	if int64(len(got)) != meta.Size {
+		t.Fatalf("stream is %d bytes, Open's meta says %d", len(got), meta.Size)
+	}
+	if metas, _ := s.List(); metas[0].Size != meta.Size {
+		t.Fatalf("after Open, List's size is %d, Open's %d", metas[0].Size, meta.Size)
 	}
 	// It verifies as a stream, and its tables' checksums are those
 	// Checkpoint.Files computes by reading them.
@@ -420,12 +423,12 @@ func TestManifestMatchesStream(t *testing.T) {
 	f.put(t, "a", 100, 10)
 	s := openStore(t, filepath.Join(base, "s"), 1)
 	id := snapshot(t, s, f)
+	_, rc, _ := s.Open(id) // completes the checksums
+	defer rc.Close()
 	m, err := s.Manifest(id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rc, _ := s.Open(id)
-	defer rc.Close()
 	m2, err := fsm.ReadSnapshotManifest(rc)
 	if err != nil {
 		t.Fatal(err)
@@ -438,5 +441,83 @@ func TestManifestMatchesStream(t *testing.T) {
 	}
 	if _, ok := s.FindCheckpoint(&fsmpb.SnapshotManifest{AppliedIndex: m.AppliedIndex, AppliedTerm: m.AppliedTerm}); ok {
 		t.Fatal("FindCheckpoint matched a different manifest")
+	}
+}
+
+// countingFS counts the bytes read through files it opened.
+type countingFS struct {
+	vfs.FS
+	read *int64
+}
+
+func (c countingFS) Open(name string) (vfs.File, error) {
+	f, err := c.FS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return countingFile{f, c.read}, nil
+}
+
+type countingFile struct {
+	vfs.File
+	read *int64
+}
+
+func (c countingFile) Read(p []byte) (int, error) {
+	n, err := c.File.Read(p)
+	*c.read += int64(n)
+	return n, err
+}
+
+// TestSnapshotReadsNoData: taking a snapshot reads none of the engine's
+// files (their checksums are computed when the snapshot is first opened,
+// and only for files the previous snapshot did not have); the first Open
+// sums the new files once.
+func TestSnapshotReadsNoData(t *testing.T) {
+	base := t.TempDir()
+	f := openFSM(t, filepath.Join(base, "fsm"), nil)
+	var read int64
+	s, err := Open(filepath.Join(base, "snaps"), &Options{FS: countingFS{vfs.Default, &read}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.put(t, "a", 4000, 250) // ~1 MB
+	id := snapshot(t, s, f)
+	if read > 64<<10 {
+		t.Fatalf("taking a snapshot of ~1 MB read %d bytes", read)
+	}
+	meta, rc, err := s.Open(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Close()
+	summed := read
+	if summed < meta.Size/2 {
+		t.Fatalf("the first Open read %d bytes of a %d-byte snapshot: checksums not computed", summed, meta.Size)
+	}
+	// A second snapshot after a small write: only the new table is read
+	// when it is opened.
+	f.put(t, "b", 10, 100)
+	id2 := snapshot(t, s, f)
+	read = 0
+	meta2, rc, err := s.Open(id2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Close()
+	if read > meta2.Size/4 {
+		t.Fatalf("opening the second snapshot read %d bytes of %d: shared files summed again", read, meta2.Size)
+	}
+	// Both verify.
+	for _, id := range []string{id, id2} {
+		_, rc, err := s.Open(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = fsm.ReceiveSnapshot(vfs.Default, rc, filepath.Join(base, "verify-"+id))
+		rc.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
 	}
 }
