@@ -110,28 +110,8 @@ func TestRestoreClusterFromBackup(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 
-	// The original cluster, and its backup.
-	orig := serve(t, "--id", "o1", "--data-dir", filepath.Join(dir, "orig"), "--raft-addr", "127.0.0.1:0")
-	c := newClient(t, orig.grpcAddr)
 	const keys = 300
-	for i := range keys {
-		if _, err := c.Put(ctx, []byte(fmt.Sprintf("k%04d", i)), []byte(fmt.Sprintf("v%d", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	backup := filepath.Join(dir, "backup.snap")
-	f, err := os.Create(backup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := c.Backup(ctx, f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	orig.stop(t)
+	backup, info := makeBackup(t, dir, keys)
 
 	// Restore into a new directory.
 	raftAddr := freeAddr(t)
@@ -189,18 +169,7 @@ func TestRestoreClusterFromBackup(t *testing.T) {
 func TestRestoreInterruptedRefusesStart(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	orig := serve(t, "--id", "o1", "--data-dir", filepath.Join(dir, "orig"), "--raft-addr", "127.0.0.1:0")
-	c := newClient(t, orig.grpcAddr)
-	if _, err := c.Put(ctx, []byte("k"), []byte("v")); err != nil {
-		t.Fatal(err)
-	}
-	backup := filepath.Join(dir, "backup.snap")
-	f, _ := os.Create(backup)
-	if _, err := c.Backup(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	orig.stop(t)
+	backup, _ := makeBackup(t, dir, 1)
 
 	// A truncated backup fails and leaves the directory marked.
 	b, _ := os.ReadFile(backup)
@@ -219,5 +188,78 @@ func TestRestoreInterruptedRefusesStart(t *testing.T) {
 	stderr.Reset()
 	if code := run(ctx, []string{"restore", "--from", backup, "--data-dir", newDir, "--id", "r1"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("restore again: exit %d: %s", code, stderr.String())
+	}
+}
+
+// makeBackup runs a node, writes keys k0000.. into it, and backs it up.
+func makeBackup(t *testing.T, dir string, keys int) (string, *client.BackupInfo) {
+	t.Helper()
+	ctx := context.Background()
+	orig := serve(t, "--id", "o1", "--data-dir", filepath.Join(dir, "orig"), "--raft-addr", "127.0.0.1:0")
+	defer orig.stop(t)
+	c := newClient(t, orig.grpcAddr)
+	for i := range keys {
+		if _, err := c.Put(ctx, []byte(fmt.Sprintf("k%04d", i)), []byte(fmt.Sprintf("v%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backup := filepath.Join(dir, "backup.snap")
+	f, err := os.Create(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Backup(ctx, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return backup, info
+}
+
+// TestRestoreInitialCluster: the same backup restored into three
+// directories with one --initial-cluster starts a three-voter cluster
+// holding the backup.
+func TestRestoreInitialCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts nodes")
+	}
+	dir := t.TempDir()
+	ctx := context.Background()
+	backup, _ := makeBackup(t, dir, 50)
+	ids := []string{"m1", "m2", "m3"}
+	addrs := map[string]string{}
+	var initial []string
+	for _, id := range ids {
+		addrs[id] = freeAddr(t)
+		initial = append(initial, id+"="+addrs[id])
+	}
+	for _, id := range ids {
+		var stdout, stderr bytes.Buffer
+		if code := run(ctx, []string{"restore", "--from", backup, "--data-dir", filepath.Join(dir, id), "--id", id,
+			"--initial-cluster", strings.Join(initial, ",")}, &stdout, &stderr); code != 0 {
+			t.Fatalf("restore %s: exit %d: %s", id, code, stderr.String())
+		}
+	}
+	var nodes []*serving
+	for _, id := range ids {
+		nodes = append(nodes, serve(t, "--id", id, "--data-dir", filepath.Join(dir, id), "--raft-addr", addrs[id]))
+	}
+	c := newClient(t, nodes[0].grpcAddr, nodes[1].grpcAddr, nodes[2].grpcAddr)
+	for i := range 50 {
+		kv, err := c.Get(ctx, []byte(fmt.Sprintf("k%04d", i)))
+		if err != nil || string(kv.Value) != fmt.Sprintf("v%d", i) {
+			t.Fatalf("k%04d = %v, %v", i, kv, err)
+		}
+	}
+	if _, err := c.Put(ctx, []byte("new"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		waitUntil(t, 30*time.Second, "every node to apply the new write", func() bool {
+			_, err := c.Get(ctx, []byte("new"), client.WithSerializable(), client.WithEndpoint(n.grpcAddr))
+			return err == nil
+		})
 	}
 }
