@@ -253,21 +253,15 @@ func (n *Node) Snapshot(ctx context.Context) (index, term uint64, err error) {
 	}
 	f := n.raft.Snapshot()
 	err = waitFuture(ctx, f)
-	if errors.Is(err, raft.ErrNothingNewToSnapshot) {
-		stats := n.raft.Stats()
-		index, _ = strconv.ParseUint(stats["last_snapshot_index"], 10, 64)
-		term, _ = strconv.ParseUint(stats["last_snapshot_term"], 10, 64)
-		return index, term, nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
 		return 0, 0, err
 	}
-	meta, rc, err := f.Open()
-	if err != nil {
-		return 0, 0, err
-	}
-	rc.Close()
-	return meta.Index, meta.Term, nil
+	// Not f.Open: opening a snapshot may read it (the snapshot store
+	// sums the files new since the previous snapshot on first Open).
+	stats := n.raft.Stats()
+	index, _ = strconv.ParseUint(stats["last_snapshot_index"], 10, 64)
+	term, _ = strconv.ParseUint(stats["last_snapshot_term"], 10, 64)
+	return index, term, nil
 }
 
 func (s *clusterService) Backup(_ *cairnpb.BackupRequest, stream grpc.ServerStreamingServer[cairnpb.BackupResponse]) error {

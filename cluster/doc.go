@@ -29,14 +29,31 @@
 // either is wrapped in raft.NewLogCache(512) so replication does not read
 // back entries just written. MaxAppendEntries = 1024 and BatchApplyCh turn
 // concurrent writes into group commits, and the FSM is a BatchingFSM, so a
-// batch of entries is one engine write. Snapshots go to a FileSnapshotStore.
+// batch of entries is one engine write. Snapshots go to cairn's own store,
+// fsm/snapstore (DataDir/snapshots): a snapshot is the FSM's checkpoint
+// kept as hard links plus a manifest, not a stream copied into a
+// FileSnapshotStore's state.bin; the FSM restores one it holds by hard
+// links too. Deps.SnapshotStore replaces it (raft's FileSnapshotStore or
+// in-memory store work: the FSM then streams, as before). A data
+// directory of an older version, with snapshots in raft/snapshots, has
+// its newest one imported at Start and the old ones removed.
 //
 // NoSnapshotRestoreOnStart is set: the FSM's engine records its applied
 // index with every batch and resumes from it (fsm/doc.go), so a restart
 // replays only the log tail and never re-ingests a snapshot. Start turns
 // restoring back on only when the FSM is behind the latest snapshot's
 // manifest (a crash during the install of a snapshot received from the
-// leader, or a lost engine directory).
+// leader, or a lost engine directory); it learns the snapshot's applied
+// index from the store's meta.json, so nothing at start reads data in
+// proportion to the data set.
+//
+// Start refuses a data directory whose state machine has applied entries
+// but which has no raft state (no term, log or snapshot: an engine copied
+// or extracted there), and one that `cairn-node restore`
+// (SeedFromBackup) did not finish. SeedFromBackup seeds a new cluster's
+// node from a backup: the backup becomes its only snapshot (at the
+// backup's applied index and term, with the new configuration) and its
+// engine (hard links), raft's current term is the backup's, its log empty.
 //
 // # Bootstrap and membership
 //
@@ -116,7 +133,12 @@
 //	  LOCK               flock held while the node runs
 //	  node-id            the node's ID, checked on every start
 //	  gossip-peers       gossip addresses of the last known alive peers
+//	  seed-incomplete    present while `cairn-node restore` runs (Start refuses)
 //	  raft/raft.db       raft-boltdb log and stable store (or raft/wal/)
-//	  raft/snapshots/    raft's FileSnapshotStore (SST-checkpoint streams)
+//	  raft/snapshots/    raft's FileSnapshotStore of older versions (imported, then removed)
+//	  snapshots/         the snapshot store: <id>/{meta.json, head, engine/} (fsm/snapstore)
 //	  fsm/               the state machine: engine/, checkpoints (fsm/doc.go)
+//
+// snapshots/ and fsm/ must be on one file system: snapshots are hard links
+// to engine files.
 package cluster

@@ -147,6 +147,9 @@ func (n *Node) Start() (err error) {
 	if err := checkNodeID(c.DataDir, c.ID); err != nil {
 		return err
 	}
+	if err := checkSeedComplete(c.DataDir); err != nil {
+		return err
+	}
 	raftDir := filepath.Join(c.DataDir, raftDirName)
 	if err := os.MkdirAll(raftDir, 0o755); err != nil {
 		return fmt.Errorf("cluster: data directory: %w", err)
@@ -192,18 +195,20 @@ func (n *Node) Start() (err error) {
 	}
 	snaps := n.deps.SnapshotStore
 	if snaps == nil {
-		fss, err := raft.NewFileSnapshotStoreWithLogger(raftDir, c.SnapshotRetain,
-			newHCLogger("snapshot", n.log, c.RaftLogLevel))
+		ss, err := openSnapshotStore(c, raftDir, log.New(slogWriter{n.log}, "", 0))
 		if err != nil {
-			return fmt.Errorf("cluster: snapshot store: %w", err)
+			return err
 		}
-		snaps = fss
+		snaps = ss
 	}
+	// A store that keeps checkpoint directories lets Restore link them.
+	checkpoints, _ := snaps.(fsm.CheckpointSource)
 
 	// The state machine.
 	f, err := fsm.New(filepath.Join(c.DataDir, fsmDirName), &fsm.Options{
 		Engine:       c.Engine,
 		MaxValueSize: c.MaxValueSize,
+		Checkpoints:  checkpoints,
 		Logger:       log.New(slogWriter{n.log}, "", 0),
 	})
 	if err != nil {
@@ -226,6 +231,9 @@ func (n *Node) Start() (err error) {
 	hasState, err := raft.HasExistingState(n.logs, stable, snaps)
 	if err != nil {
 		return fmt.Errorf("cluster: reading raft state: %w", err)
+	}
+	if err := checkRaftState(hasState, f, c.DataDir); err != nil {
+		return err
 	}
 	if n.raft, err = raft.NewRaft(rc, n.fsm, n.logs, stable, snaps, trans); err != nil {
 		return fmt.Errorf("cluster: starting raft: %w", err)

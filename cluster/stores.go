@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,6 +13,9 @@ import (
 	"time"
 
 	"github.com/cairnkv/cairn/fsm"
+	"github.com/cairnkv/cairn/fsm/fsmpb"
+	"github.com/cairnkv/cairn/fsm/snapstore"
+	"github.com/cairnkv/cairn/lsm/vfs"
 	sockaddr "github.com/hashicorp/go-sockaddr"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -27,6 +31,7 @@ const (
 	boltFileName     = "raft.db"
 	walDirName       = "wal"
 	snapshotsDirName = "snapshots" // raft's FileSnapshotStore adds "snapshots" under its base
+	snapStoreDirName = "snapshots" // cairn's snapshot store (fsm/snapstore), in DataDir
 	fsmDirName       = "fsm"
 )
 
@@ -122,12 +127,47 @@ func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer,
 	}
 }
 
+// openSnapshotStore opens cairn's snapshot store (fsm/snapstore) in
+// DataDir/snapshots, on the engine's file system (its snapshots are hard
+// links to engine files), and imports the newest snapshot of raft's
+// FileSnapshotStore that a data directory of an older version keeps in
+// raft/snapshots, removing those (once; see snapstore.ImportFileSnapshots).
+func openSnapshotStore(c *Config, raftDir string, logger *log.Logger) (*snapstore.Store, error) {
+	var fs vfs.FS
+	if c.Engine != nil {
+		fs = c.Engine.FS
+	}
+	ss, err := snapstore.Open(filepath.Join(c.DataDir, snapStoreDirName), &snapstore.Options{
+		FS: fs, Retain: c.SnapshotRetain, Logger: logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: snapshot store: %w", err)
+	}
+	if _, err := ss.ImportFileSnapshots(raftDir); err != nil {
+		return nil, fmt.Errorf("cluster: upgrading raft's snapshots: %w", err)
+	}
+	return ss, nil
+}
+
+// snapshotAppliedIndexer is a snapshot store that knows the state
+// machine's applied index in a snapshot without reading it
+// (fsm/snapstore).
+type snapshotAppliedIndexer interface {
+	AppliedIndex(id string) (uint64, error)
+}
+
 // restoreOnStart reports whether raft must restore its latest snapshot
 // into the FSM at startup: only when the FSM's durable applied index is
 // behind the snapshot (a crash interrupted the restore of a snapshot
 // received from the leader, or the engine directory was lost). Otherwise
 // the FSM already holds everything the snapshot holds, and raft replays
 // only the log entries after it (see fsm/doc.go).
+//
+// With cairn's snapshot store the applied index comes from the snapshot's
+// meta.json, so a restart reads nothing proportional to the data. Another
+// store (tests, Deps.SnapshotStore) is opened to read the stream's head,
+// which raft's FileSnapshotStore does by reading and checksumming the
+// whole snapshot.
 func restoreOnStart(snaps raft.SnapshotStore, f *fsm.FSM) (bool, string, error) {
 	metas, err := snaps.List()
 	if err != nil {
@@ -137,21 +177,47 @@ func restoreOnStart(snaps raft.SnapshotStore, f *fsm.FSM) (bool, string, error) 
 		return false, "no snapshot", nil
 	}
 	latest := metas[0]
-	_, rc, err := snaps.Open(latest.ID)
-	if err != nil {
-		return false, "", fmt.Errorf("cluster: opening snapshot %s: %w", latest.ID, err)
-	}
-	m, err := fsm.ReadSnapshotManifest(rc)
-	rc.Close()
 	applied := f.AppliedIndex()
+	var snapApplied uint64
+	if ai, ok := snaps.(snapshotAppliedIndexer); ok {
+		snapApplied, err = ai.AppliedIndex(latest.ID)
+	} else {
+		var rc io.ReadCloser
+		if _, rc, err = snaps.Open(latest.ID); err != nil {
+			return false, "", fmt.Errorf("cluster: opening snapshot %s: %w", latest.ID, err)
+		}
+		var m *fsmpb.SnapshotManifest
+		m, err = fsm.ReadSnapshotManifest(rc)
+		rc.Close()
+		if err == nil {
+			snapApplied = m.AppliedIndex
+		}
+	}
 	if err != nil {
 		// Let raft try it (and older ones) if the FSM may be behind.
 		return applied < latest.Index, fmt.Sprintf("snapshot %s unreadable (%v)", latest.ID, err), nil
 	}
-	if applied < m.AppliedIndex {
-		return true, fmt.Sprintf("engine at index %d, snapshot %s at %d", applied, latest.ID, m.AppliedIndex), nil
+	if applied < snapApplied {
+		return true, fmt.Sprintf("engine at index %d, snapshot %s at %d", applied, latest.ID, snapApplied), nil
 	}
-	return false, fmt.Sprintf("engine at index %d holds snapshot %s (at %d)", applied, latest.ID, m.AppliedIndex), nil
+	return false, fmt.Sprintf("engine at index %d holds snapshot %s (at %d)", applied, latest.ID, snapApplied), nil
+}
+
+// checkRaftState refuses a data directory whose state machine has applied
+// entries while raft has no state (no term, log or snapshot): an engine
+// extracted or copied there without its raft state. Such a node would
+// serve its reads, but raft would start from index 0 and the FSM would
+// skip every new entry at or below its applied index, failing every write.
+// `cairn-node restore` seeds a node from a backup with the raft state it
+// needs.
+func checkRaftState(hasState bool, f *fsm.FSM, dataDir string) error {
+	if hasState || f.AppliedIndex() == 0 {
+		return nil
+	}
+	return fmt.Errorf("cluster: data directory %s holds a state machine at raft index %d but no raft state "+
+		"(log, term or snapshot): it was not written by a node; to seed a node from a backup use "+
+		"`cairn-node restore --from BACKUP --data-dir DIR`, or remove %s to start empty",
+		dataDir, f.AppliedIndex(), filepath.Join(dataDir, fsmDirName))
 }
 
 // advertiseAddr returns the address to advertise for a listener bound at

@@ -123,12 +123,15 @@
 //
 // The one case the engine is behind the snapshot is a crash during Restore
 // (raft stored the leader's snapshot, the swap did not finish, and New put
-// the old engine back). So at startup the cluster layer must compare: open
-// raft's latest snapshot, ReadSnapshotManifest its head, and restore it
-// (leave NoSnapshotRestoreOnStart false) if manifest.AppliedIndex >
-// AppliedIndex(). (Comparing with the raft snapshot's own index instead is
-// safe but may restore needlessly: raft's index counts LogNoop and
-// LogBarrier entries, which the FSM never sees.)
+// the old engine back). So at startup the cluster layer must compare the
+// latest snapshot's manifest.AppliedIndex with AppliedIndex() and restore
+// it (leave NoSnapshotRestoreOnStart false) if it is ahead. The snapshot
+// store of package fsm/snapstore keeps the applied index in each
+// snapshot's meta.json, so this reads no data; with another store, open
+// the snapshot and ReadSnapshotManifest its head (raft's FileSnapshotStore
+// reads and checksums the whole file to open it). (Comparing with the raft
+// snapshot's own index instead is safe but may restore needlessly: raft's
+// index counts LogNoop and LogBarrier entries, which the FSM never sees.)
 //
 // Engine writes are not synced by default (Options.SyncWrites): the raft
 // log is the durable copy of every entry, and the argument above holds for
@@ -167,10 +170,24 @@
 // removes the checkpoint. The same Checkpoint serves the Backup RPC
 // (Files, Open).
 //
+// A sink that is a CheckpointSink (fsm/snapstore's) is not streamed into:
+// Persist hands it the checkpoint, which it keeps as hard links plus a
+// manifest, so a snapshot writes O(manifest) bytes and every retained
+// snapshot shares the engine's unchanged files. The store streams the
+// files only when raft sends the snapshot to a follower.
+//
 // Restore receives a stream into <dir>/restore-<n>, verifying every size
 // and checksum, that the stream ends after the last file, and that the
 // received engine opens at the manifest's applied index; any failure leaves
-// the current engine untouched. Then, with reads held off, it closes the
+// the current engine untouched. If Options.Checkpoints (a
+// CheckpointSource, fsm/snapstore's store) holds a snapshot with the
+// stream's manifest (it verified the files when it stored them: a received
+// stream is parsed and checked as it arrives, a local snapshot is the
+// engine's own files), Restore reads only the stream's head and hard-links
+// the tables and blob files from there (copying the few small files an
+// engine appends to: MANIFEST, CURRENT), so the data is not copied a second
+// time. raft wraps the reader it passes to Restore, so the stream is
+// recognised by its manifest, not by its type. Then, with reads held off, it closes the
 // engine, renames <dir>/engine to <dir>/engine.old and the staging directory
 // to <dir>/engine, syncs <dir>, reopens, and removes engine.old. If a crash
 // interrupts this, New finds engine.old without engine and puts it back

@@ -48,6 +48,12 @@ type Options struct {
 	// after a crash (see doc.go). Default false.
 	SyncWrites bool
 
+	// Checkpoints, if set, is the snapshot store raft uses when it keeps
+	// snapshots as checkpoint directories: Restore then hard-links a
+	// snapshot's files from it instead of copying its stream. It must be
+	// on the engine's FS (hard links).
+	Checkpoints CheckpointSource
+
 	// Logger receives notable events (restores, cleanups). Default:
 	// discard.
 	Logger *log.Logger

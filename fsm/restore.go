@@ -7,9 +7,11 @@ import (
 	"hash/crc32"
 	"io"
 	"path/filepath"
+	"strings"
 
 	"github.com/cairnkv/cairn/fsm/fsmpb"
 	"github.com/cairnkv/cairn/lsm"
+	"github.com/cairnkv/cairn/lsm/vfs"
 )
 
 // Restore replaces the state with a snapshot stream written by Persist:
@@ -39,7 +41,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err := f.fs.RemoveAll(staging); err != nil {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
-	m, err := f.receive(rc, staging)
+	br := bufio.NewReaderSize(rc, 256<<10)
+	m, err := ReadSnapshotManifest(br)
+	if err == nil {
+		err = f.stage(br, m, staging)
+	}
 	if err == nil {
 		err = f.checkStaged(staging, m)
 	}
@@ -56,35 +62,121 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-// receive writes the files of a snapshot stream into dir.
-func (f *FSM) receive(r io.Reader, dir string) (*fsmpb.SnapshotManifest, error) {
+// CheckpointSource is a snapshot store that keeps its snapshots as
+// verified checkpoint directories (package fsm/snapstore). Restore asks it
+// for the directory of the snapshot whose stream it is given and, if it has
+// one, hard-links the files from there instead of copying the stream: the
+// stream's reader is wrapped by raft (it counts bytes), so the stream
+// itself cannot say where it comes from, but its head (the manifest) can.
+type CheckpointSource interface {
+	// FindCheckpoint returns the directory holding the files of a
+	// stored snapshot whose manifest equals m (every file verified
+	// against m's sizes and checksums when it was stored), or ok false.
+	FindCheckpoint(m *fsmpb.SnapshotManifest) (dir string, ok bool)
+}
+
+// stage fills the staging directory with the snapshot's files: hard links
+// from Options.Checkpoints if it holds the snapshot, else the stream's
+// bytes (br, positioned after the manifest).
+func (f *FSM) stage(br io.Reader, m *fsmpb.SnapshotManifest, staging string) error {
+	if src := f.opts.Checkpoints; src != nil {
+		if dir, ok := src.FindCheckpoint(m); ok {
+			err := LinkCheckpoint(f.fs, dir, staging, m)
+			if err == nil {
+				return nil
+			}
+			// The store may have reaped it meanwhile: read the stream.
+			f.opts.Logger.Printf("fsm: restore: linking the snapshot from %s: %v; reading the stream instead", dir, err)
+			if err := f.fs.RemoveAll(staging); err != nil {
+				return fmt.Errorf("fsm: restore: %w", err)
+			}
+		}
+	}
+	return receiveFiles(f.fs, br, staging, m)
+}
+
+// ReceiveSnapshot reads a snapshot stream from r into the new directory
+// dir, checking every size and checksum and that the stream ends after the
+// last file, and syncs the files and dir. On error dir may hold part of
+// the files; the caller removes it.
+func ReceiveSnapshot(fs vfs.FS, r io.Reader, dir string) (*fsmpb.SnapshotManifest, error) {
 	br := bufio.NewReaderSize(r, 256<<10)
 	m, err := ReadSnapshotManifest(br)
 	if err != nil {
 		return nil, err
 	}
-	if err := f.fs.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("fsm: restore: %w", err)
-	}
-	for _, fi := range m.Files {
-		if err := f.receiveFile(br, filepath.Join(dir, fi.Name), fi); err != nil {
-			return nil, err
-		}
-	}
-	var one [1]byte
-	if n, err := br.Read(one[:]); n > 0 {
-		return nil, corruptionf("snapshot stream: bytes after the last file")
-	} else if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("fsm: reading snapshot: %w", err)
-	}
-	if err := syncDir(f.fs, dir); err != nil {
+	if err := receiveFiles(fs, br, dir, m); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-func (f *FSM) receiveFile(r io.Reader, name string, fi *fsmpb.SnapshotFile) error {
-	out, err := f.fs.Create(name)
+// receiveFiles writes the files of a snapshot stream, read from r just
+// after its manifest m, into dir.
+func receiveFiles(fs vfs.FS, r io.Reader, dir string, m *fsmpb.SnapshotManifest) error {
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	for _, fi := range m.Files {
+		if err := receiveFile(fs, r, filepath.Join(dir, fi.Name), fi); err != nil {
+			return err
+		}
+	}
+	var one [1]byte
+	if n, err := io.ReadFull(r, one[:]); n > 0 {
+		return corruptionf("snapshot stream: bytes after the last file")
+	} else if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("fsm: reading snapshot: %w", err)
+	}
+	return syncDir(fs, dir)
+}
+
+// LinkCheckpoint makes dst (which must not exist) a copy of the
+// checkpoint files of manifest m held in src: tables and blob files, which
+// the engine never modifies, are hard links; the others (manifest,
+// CURRENT; small, and appended to by an engine that opens them) are copied
+// and checked against m. Every size is checked against m.
+func LinkCheckpoint(fs vfs.FS, src, dst string, m *fsmpb.SnapshotManifest) error {
+	if err := fs.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("fsm: %w", err)
+	}
+	for _, fi := range m.Files {
+		from, to := filepath.Join(src, fi.Name), filepath.Join(dst, fi.Name)
+		st, err := fs.Stat(from)
+		if err != nil {
+			return fmt.Errorf("fsm: %w", err)
+		}
+		if uint64(st.Size()) != fi.Size {
+			return corruptionf("checkpoint file %s is %d bytes, its manifest says %d", from, st.Size(), fi.Size)
+		}
+		if Immutable(fi.Name) {
+			if err := fs.Link(from, to); err != nil {
+				return fmt.Errorf("fsm: %w", err)
+			}
+			continue
+		}
+		in, err := fs.Open(from)
+		if err != nil {
+			return fmt.Errorf("fsm: %w", err)
+		}
+		err = receiveFile(fs, in, to, fi)
+		in.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return syncDir(fs, dst)
+}
+
+// Immutable reports whether the engine file name is one the engine never
+// modifies once written (a table or a blob file), so that a hard link to it
+// is as good as a copy.
+func Immutable(name string) bool {
+	return strings.HasSuffix(name, ".sst") || strings.HasSuffix(name, ".blob")
+}
+
+func receiveFile(fs vfs.FS, r io.Reader, name string, fi *fsmpb.SnapshotFile) error {
+	out, err := fs.Create(name)
 	if err != nil {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}

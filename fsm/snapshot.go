@@ -34,8 +34,29 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 
 type fsmSnapshot struct{ c *Checkpoint }
 
-// Persist writes the snapshot stream (see WriteTo) to sink.
+// CheckpointSink is a raft.SnapshotSink that keeps a snapshot as a
+// checkpoint directory (package fsm/snapstore implements it). Persist hands
+// it the checkpoint instead of streaming the checkpoint's bytes into it, so
+// taking a snapshot writes a manifest, not a copy of the data.
+type CheckpointSink interface {
+	raft.SnapshotSink
+	// AdoptCheckpoint makes c the snapshot's contents: it hard-links
+	// c's files (c.Dir, c.FileSizes) and records their manifest. The
+	// caller still owns c and releases it afterwards; the sink must
+	// not depend on c's directory once AdoptCheckpoint returns.
+	AdoptCheckpoint(c *Checkpoint) error
+}
+
+// Persist hands the checkpoint to a CheckpointSink, or writes the snapshot
+// stream (see WriteTo) to any other sink.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if cs, ok := sink.(CheckpointSink); ok {
+		if err := cs.AdoptCheckpoint(s.c); err != nil {
+			sink.Cancel()
+			return err
+		}
+		return sink.Close()
+	}
 	if _, err := s.c.WriteTo(sink); err != nil {
 		sink.Cancel()
 		return err
@@ -109,6 +130,19 @@ func (f *FSM) Checkpoint() (*Checkpoint, error) {
 
 // Dir returns the checkpoint's directory, which lsm.Open accepts.
 func (c *Checkpoint) Dir() string { return c.dir }
+
+// FileSizes describes the checkpoint's files, sorted by name, with their
+// sizes but without checksums (Files computes those), without reading
+// them.
+func (c *Checkpoint) FileSizes() []*fsmpb.SnapshotFile {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*fsmpb.SnapshotFile, len(c.files))
+	for i, fi := range c.files {
+		out[i] = &fsmpb.SnapshotFile{Name: fi.Name, Size: fi.Size}
+	}
+	return out
+}
 
 // Files describes the checkpoint's files, sorted by name, with their
 // CRC-32C checksums (computed by reading every file on the first call).
@@ -203,7 +237,7 @@ func (c *Checkpoint) WriteTo(w io.Writer) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	manifest, err := proto.Marshal(&fsmpb.SnapshotManifest{
+	head, err := EncodeSnapshotHead(&fsmpb.SnapshotManifest{
 		Files: files, AppliedIndex: c.AppliedIndex, AppliedTerm: c.AppliedTerm,
 	})
 	if err != nil {
@@ -211,13 +245,7 @@ func (c *Checkpoint) WriteTo(w io.Writer) (int64, error) {
 	}
 	bw := bufio.NewWriterSize(w, 256<<10)
 	cw := &countingWriter{w: bw}
-	hdr := make([]byte, 0, snapshotHeaderLen)
-	hdr = append(hdr, snapshotMagic...)
-	hdr = binary.LittleEndian.AppendUint32(hdr, snapshotVersion)
-	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(manifest)))
-	cw.Write(hdr)
-	cw.Write(manifest)
-	cw.Write(binary.LittleEndian.AppendUint32(nil, crc32.Checksum(manifest, castagnoli)))
+	cw.Write(head)
 	if cw.err != nil {
 		return cw.n, cw.err
 	}
@@ -264,6 +292,40 @@ func (cw *countingWriter) Write(p []byte) (int, error) {
 	cw.n += int64(n)
 	cw.err = err
 	return n, err
+}
+
+// EncodeSnapshotHead returns the head of a snapshot stream (everything
+// before the first file's bytes) for manifest m.
+func EncodeSnapshotHead(m *fsmpb.SnapshotManifest) ([]byte, error) {
+	manifest, err := proto.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("fsm: encoding snapshot manifest: %w", err)
+	}
+	if len(manifest) > maxManifestBytes {
+		return nil, fmt.Errorf("fsm: snapshot manifest of %d bytes", len(manifest))
+	}
+	hdr := make([]byte, 0, snapshotHeaderLen+len(manifest)+4)
+	hdr = append(hdr, snapshotMagic...)
+	hdr = binary.LittleEndian.AppendUint32(hdr, snapshotVersion)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(manifest)))
+	hdr = append(hdr, manifest...)
+	hdr = binary.LittleEndian.AppendUint32(hdr, crc32.Checksum(manifest, castagnoli))
+	return hdr, nil
+}
+
+// FileCRC32C returns the CRC-32C and the size of a file.
+func FileCRC32C(fs vfs.FS, name string) (uint32, int64, error) {
+	f, err := fs.Open(name)
+	if err != nil {
+		return 0, 0, fmt.Errorf("fsm: %w", err)
+	}
+	defer f.Close()
+	h := crc32.New(castagnoli)
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return 0, n, fmt.Errorf("fsm: reading %s: %w", name, err)
+	}
+	return h.Sum32(), n, nil
 }
 
 // ReadSnapshotManifest reads the head of a snapshot stream. The cluster

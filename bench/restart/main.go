@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	crand "crypto/rand"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -26,6 +27,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
@@ -40,6 +42,7 @@ var (
 	restarts  = flag.Int("restarts", 5, "restarts timed per size")
 	clients   = flag.Int("clients", 32, "concurrent loaders")
 	tail      = flag.Int("tail", 1000, "writes after the snapshot (the log tail replayed at restart)")
+	random    = flag.Bool("random", false, "incompressible (random) values instead of a repeating pattern")
 )
 
 func main() {
@@ -133,6 +136,9 @@ func load(n *cluster.Node, bytes int64, prefix string) error {
 	for i := range value {
 		value[i] = byte(i * 7)
 	}
+	if *random {
+		crand.Read(value)
+	}
 	count := bytes / int64(*valueSize)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -161,12 +167,22 @@ func load(n *cluster.Node, bytes int64, prefix string) error {
 	return <-errs
 }
 
+// dirSize is the disk use of the files under dir, each inode counted once
+// (snapshots may be hard links to engine files).
 func dirSize(dir string) int64 {
 	var total int64
+	seen := map[uint64]bool{}
 	filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
-		if err == nil && !info.IsDir() {
-			total += info.Size()
+		if err != nil || info.IsDir() {
+			return nil
 		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			if seen[st.Ino] {
+				return nil
+			}
+			seen[st.Ino] = true
+		}
+		total += info.Size()
 		return nil
 	})
 	return total
@@ -187,20 +203,32 @@ func measure(label string, size int64) error {
 		return err
 	}
 	loadTime := time.Since(loadStart)
-	if _, _, err := n.Snapshot(context.Background()); err != nil {
-		return fmt.Errorf("snapshot: %v", err)
-	}
-	saved := *valueSize
-	*valueSize = 256
-	err = load(n, int64(*tail)*256, "tail/")
-	*valueSize = saved
-	if err != nil {
-		return err
+	// Two snapshots (the default retains two), the first of the loaded
+	// data, the second after a small tail, then the tail replayed at
+	// restart.
+	var snapTimes []time.Duration
+	for i := range 2 {
+		snapStart := time.Now()
+		if _, _, err := n.Snapshot(context.Background()); err != nil {
+			return fmt.Errorf("snapshot: %v", err)
+		}
+		snapTimes = append(snapTimes, time.Since(snapStart))
+		saved := *valueSize
+		*valueSize = 256
+		err = load(n, int64(*tail)*256, fmt.Sprintf("tail%d/", i))
+		*valueSize = saved
+		if err != nil {
+			return err
+		}
 	}
 	if err := n.Shutdown(context.Background()); err != nil {
 		return err
 	}
 	onDisk := dirSize(dir)
+	engine := dirSize(filepath.Join(dir, "fsm", "engine"))
+	// The raft log (raft.db or wal/), without the snapshots older
+	// versions keep under raft/snapshots.
+	raftLog := dirSize(filepath.Join(dir, "raft")) - dirSize(filepath.Join(dir, "raft", "snapshots"))
 	var times []time.Duration
 	for range *restarts {
 		n, d, err := startReady(dir)
@@ -213,8 +241,10 @@ func measure(label string, size int64) error {
 		}
 	}
 	slices.Sort(times)
-	fmt.Printf("%-8s loaded in %6.1fs, %7.1f MiB on disk: restart median %7.1fms (min %.1fms, max %.1fms)\n",
-		label, loadTime.Seconds(), float64(onDisk)/(1<<20),
+	fmt.Printf("%-8s loaded in %6.1fs; snapshots took %.1fms, %.1fms; on disk %.1f MiB (engine %.1f MiB, raft log %.1f MiB: %.2fx engine+raft log); restart median %7.1fms (min %.1fms, max %.1fms)\n",
+		label, loadTime.Seconds(), ms(snapTimes[0]), ms(snapTimes[1]),
+		float64(onDisk)/(1<<20), float64(engine)/(1<<20), float64(raftLog)/(1<<20),
+		float64(onDisk)/float64(engine+raftLog),
 		ms(times[len(times)/2]), ms(times[0]), ms(times[len(times)-1]))
 	return nil
 }

@@ -15,6 +15,9 @@
 // A node started with --join and without --bootstrap-expect joins an
 // existing cluster (the leader adds it). `cairn-node health` checks a
 // node's gRPC health service, for container health checks.
+// `cairn-node restore --from BACKUP --data-dir DIR --id ID` seeds a data
+// directory from a backup, for the first node of a new cluster (README,
+// "Restore a cluster from a backup").
 //
 // Every flag can also come from a JSON file given with --config, whose keys
 // are the flag names ({"id": "n1", "join": ["a:7381", "b:7381"], ...});
@@ -35,7 +38,7 @@ import (
 	"github.com/cairnkv/cairn/cluster"
 )
 
-const usageLine = "usage: cairn-node [flags] | cairn-node health [--grpc-addr host:port] (-h for help)"
+const usageLine = "usage: cairn-node [flags] | cairn-node health [--grpc-addr host:port] | cairn-node restore --from BACKUP --data-dir DIR --id ID (-h for help)"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -60,6 +63,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	if len(args) > 0 && args[0] == "health" {
 		err = runHealth(args[1:], stdout, stderr)
+	} else if len(args) > 0 && args[0] == "restore" {
+		err = runRestore(args[1:], stdout, stderr)
 	} else {
 		err = runServer(ctx, args, stdout, stderr)
 	}
