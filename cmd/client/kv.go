@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/client"
 	"github.com/spf13/cobra"
 )
@@ -26,7 +27,7 @@ func (g *globals) arg(what, s string) ([]byte, error) {
 func (g *globals) key(s string) ([]byte, error) {
 	k, err := g.arg("key", s)
 	if err == nil && len(k) == 0 {
-		err = usagef("empty key (keys are 1 byte to 64 KiB)")
+		err = usagef("empty key (keys are 1 to %d bytes)", cairnpb.MaxKeySize)
 	}
 	return k, err
 }
