@@ -18,9 +18,15 @@ import (
 // nodeStatus is one node's Status, or why it could not be had.
 type nodeStatus struct {
 	addr string
+	id   string // the member's ID as the leader knows it ("" if unknown)
 	st   *client.Status
 	err  error
 }
+
+// statusNodeTimeout bounds each node's Status in `cairn status` (and
+// --timeout, if shorter): the nodes are asked in parallel, and one that
+// does not answer is shown as unreachable without holding up the others.
+const statusNodeTimeout = time.Second
 
 func newStatusCmd(g *globals) *cobra.Command {
 	var onlyEndpoints bool
@@ -40,18 +46,21 @@ and bytes per level). -o json prints the full Status of each node.`,
 			return g.withClient(func(c *client.Client) error {
 				ctx, cancel := g.ctx()
 				defer cancel()
-				addrs := g.endpointList()
+				var targets []nodeStatus
+				for _, a := range g.endpointList() {
+					targets = append(targets, nodeStatus{addr: a})
+				}
 				if !onlyEndpoints {
 					if ms, err := c.Members(ctx); err == nil {
-						addrs = addrs[:0]
+						targets = targets[:0]
 						for _, m := range ms.GetMembers() {
 							if m.GetGrpcAddr() != "" {
-								addrs = append(addrs, m.GetGrpcAddr())
+								targets = append(targets, nodeStatus{addr: m.GetGrpcAddr(), id: m.GetId()})
 							}
 						}
 					}
 				}
-				sts := statusAll(ctx, c, addrs)
+				sts := statusAll(ctx, c, targets, min(g.timeout, statusNodeTimeout))
 				if g.output == outJSON {
 					return g.printStatusJSON(sts)
 				}
@@ -63,25 +72,46 @@ and bytes per level). -o json prints the full Status of each node.`,
 	return cmd
 }
 
-// statusAll asks every address for its Status, in parallel.
-func statusAll(ctx context.Context, c *client.Client, addrs []string) []nodeStatus {
-	out := make([]nodeStatus, len(addrs))
+// statusAll asks every target for its Status, in parallel, each within
+// perNode, and returns them sorted by node ID.
+func statusAll(ctx context.Context, c *client.Client, targets []nodeStatus, perNode time.Duration) []nodeStatus {
+	out := slices.Clone(targets)
 	var wg sync.WaitGroup
-	for i, a := range addrs {
+	for i := range out {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			// One node that does not answer must not take the whole
 			// timeout from the others.
-			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			sctx, cancel := context.WithTimeout(ctx, perNode)
 			defer cancel()
-			st, err := c.Status(sctx, client.WithEndpoint(a))
-			out[i] = nodeStatus{addr: a, st: st, err: err}
+			out[i].st, out[i].err = c.Status(sctx, client.WithEndpoint(out[i].addr))
+			if id := out[i].st.GetNodeId(); id != "" {
+				out[i].id = id
+			}
 		}()
 	}
 	wg.Wait()
-	slices.SortFunc(out, func(a, b nodeStatus) int { return strings.Compare(a.st.GetNodeId()+a.addr, b.st.GetNodeId()+b.addr) })
+	slices.SortFunc(out, func(a, b nodeStatus) int {
+		return strings.Compare(orQuestion(a.id)+"\x00"+a.addr, orQuestion(b.id)+"\x00"+b.addr)
+	})
 	return out
+}
+
+func orQuestion(s string) string {
+	if s == "" {
+		return "?"
+	}
+	return s
+}
+
+// commitText shows a commit index, as ">=N" when the node only knows a
+// lower bound (it has not heard from a leader since it started).
+func commitText(st *client.Status) string {
+	if st.GetCommitIndexIsLowerBound() {
+		return fmt.Sprintf(">=%d", st.GetCommitIndex())
+	}
+	return fmt.Sprint(st.GetCommitIndex())
 }
 
 func stateName(s cairnpb.RaftState) string {
@@ -100,17 +130,20 @@ func (g *globals) printStatus(sts []nodeStatus) error {
 		if s.err != nil {
 			failed++
 			unreachable = append(unreachable, s)
-			fmt.Fprintf(tw, "?\t%s\tunreachable\t\t\t\t\t\t\n", s.addr)
+			fmt.Fprintf(tw, "%s\t%s\tunreachable\t-\t-\t-\t-\t-\t-\n", orQuestion(s.id), s.addr)
 			continue
 		}
 		st := s.st
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", st.GetNodeId(), s.addr, stateName(st.GetState()),
-			st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetLastSnapshotIndex(), st.GetLeaderId(), st.GetVersion())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", st.GetNodeId(), s.addr, stateName(st.GetState()),
+			st.GetTerm(), commitText(st), st.GetAppliedIndex(), st.GetLastSnapshotIndex(), orDash(st.GetLeaderId()), st.GetVersion())
 	}
 	tw.Flush()
 	// The reasons go below the table, which they would otherwise stretch.
 	for _, s := range unreachable {
-		g.printf("%s: %v\n", s.addr, s.err)
+		g.printf("%s (%s) unreachable: %v\n", orQuestion(s.id), s.addr, s.err)
+	}
+	if slices.ContainsFunc(sts, func(s nodeStatus) bool { return s.st.GetCommitIndexIsLowerBound() }) {
+		g.printf(">=N: the node has not heard from a leader since it started; N is its applied index\n")
 	}
 
 	// The engines.
@@ -183,7 +216,11 @@ func (g *globals) printStatusJSON(sts []nodeStatus) error {
 	for _, s := range sts {
 		if s.err != nil {
 			failed++
-			b, _ := json.Marshal(map[string]string{"grpc_addr": s.addr, "error": s.err.Error()})
+			m := map[string]string{"grpc_addr": s.addr, "error": s.err.Error()}
+			if s.id != "" {
+				m["node_id"] = s.id
+			}
+			b, _ := json.Marshal(m)
 			out = append(out, b)
 			continue
 		}
@@ -239,8 +276,10 @@ gossip status, and (the leader knows it) health and time since last contact.`,
 					if m.GetStatus() == cairnpb.MemberStatus_MEMBER_STATUS_UNKNOWN {
 						status = "unknown"
 					}
+					// The leader's own row has no contact; a member the
+					// leader could not poll has none either.
 					contact := "-"
-					if m.GetLastContactMs() > 0 || m.GetHealthy() {
+					if !m.GetLeader() && (m.GetLastContactMs() > 0 || m.GetHealthy()) {
 						contact = (time.Duration(m.GetLastContactMs()) * time.Millisecond).String()
 					}
 					leader := ""
