@@ -80,9 +80,17 @@ func testMaxKey(t *testing.T, tc *testCluster, c *client.Client) {
 			t.Errorf("%s %s: raw txn put of a %d-byte key: %v, want InvalidArgument", role, n.ID(), len(long), err)
 		}
 		// The largest key goes through the raw API too (no layer below
-		// the client refuses it).
-		if _, err := kvc.Put(ctx, &cairnpb.PutRequest{Key: key, Value: []byte("raw")}); err != nil {
-			t.Errorf("%s %s: raw put of a %d-byte key: %v", role, n.ID(), len(key), err)
+		// the client refuses it); a leader change may make an attempt
+		// fail with Unavailable, which a client retries.
+		for deadline := time.Now().Add(15 * time.Second); ; {
+			_, err := kvc.Put(ctx, &cairnpb.PutRequest{Key: key, Value: []byte("raw")})
+			if err == nil {
+				break
+			}
+			if code := status.Code(err); code == codes.InvalidArgument || time.Now().After(deadline) {
+				t.Fatalf("%s %s: raw put of a %d-byte key: %v", role, n.ID(), len(key), err)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 		cc.Close()
 	}
@@ -118,7 +126,8 @@ func testScanPageTimeout(t *testing.T, tc *testCluster, c *client.Client) {
 	if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
 		t.Fatal(err)
 	}
-	const delay, pageTimeout = 100 * time.Millisecond, 2 * time.Second
+	// pageTimeout leaves room for a leader change on a loaded machine.
+	const delay, pageTimeout = 100 * time.Millisecond, 10 * time.Second
 	slow := newClient(t, client.Config{Endpoints: tc.endpoints(),
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(delayScans(delay))}})
 

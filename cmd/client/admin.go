@@ -37,7 +37,13 @@ func newStatusCmd(g *globals) *cobra.Command {
 or with --only-endpoints of the --endpoints only: raft state, term, commit
 and applied index, leader; then each node's storage engine: memtables, WAL,
 write amplification, stalls, block cache hit ratio, and the LSM shape (files
-and bytes per level). -o json prints the full Status of each node.`,
+and bytes per level). -o json prints the full Status of each node.
+
+The nodes are asked in parallel, each for at most 1s (or --timeout if
+shorter); one that does not answer is listed as unreachable, with the
+reason below the table. A commit index shown as >=N is a lower bound: the
+node has not heard from a leader since it started, and N is its applied
+index.`,
 		Example: `  cairn status
   cairn status --endpoints 127.0.0.1:7379 --only-endpoints
   cairn status -o json`,

@@ -99,8 +99,8 @@ func TestCLIScanTimeoutPerPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	const keys = 2500 // 3 pages of the default 1000
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	const keys = 5000 // 5 pages of the default 1000
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for i := 0; i < keys; i += cairnpb.MaxTxnOps {
 		var ops []client.Op
@@ -111,8 +111,9 @@ func TestCLIScanTimeoutPerPage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Each page takes 500ms more; --timeout 1s is less than the scan.
-	const delay = 500 * time.Millisecond
+	// Each page takes 1s more; --timeout 3s is less than the scan (5s at
+	// least) and leaves each page 2s for the rest on a loaded machine.
+	const delay = time.Second
 	var pages sync.Map
 	withInterceptor(t, func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if method == cairnpb.KV_Scan_FullMethodName {
@@ -126,20 +127,20 @@ func TestCLIScanTimeoutPerPage(t *testing.T) {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	})
 	start := time.Now()
-	r := cairn(t, "", "--timeout", "1s", "scan", "--prefix", "pagescan/", "--keys-only")
+	r := cairn(t, "", "--timeout", "3s", "scan", "--prefix", "pagescan/", "--keys-only")
 	if r.code != 0 {
-		t.Fatalf("scan of %d keys in 3 pages of %v each, --timeout 1s: exit %d after %v, %d lines\nstderr: %s",
+		t.Fatalf("scan of %d keys in 5 pages, each delayed %v, --timeout 3s: exit %d after %v, %d lines\nstderr: %s",
 			keys, delay, r.code, time.Since(start), strings.Count(r.stdout, "\n"), r.stderr)
 	}
 	if n := strings.Count(r.stdout, "pagescan/"); n != keys {
 		t.Fatalf("scan printed %d keys, want %d", n, keys)
 	}
-	if took := time.Since(start); took < 3*delay {
+	if took := time.Since(start); took < 5*delay {
 		t.Fatalf("the scan took %v: the interceptor did not delay its pages", took)
 	}
 	// --page-size sets the pages.
 	pages.Clear()
-	r = cairn(t, "", "--timeout", "1s", "scan", "--prefix", "pagescan/", "--keys-only", "--limit", "4", "--page-size", "2")
+	r = cairn(t, "", "--timeout", "5s", "scan", "--prefix", "pagescan/", "--keys-only", "--limit", "4", "--page-size", "2")
 	n := 0
 	pages.Range(func(any, any) bool { n++; return true })
 	if r.code != 0 || strings.Count(r.stdout, "pagescan/") != 4 || n != 2 {

@@ -90,7 +90,7 @@ Exit codes: 0 success; 1 failure (one line on stderr says why), including
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.endpoints, "endpoints", client.DefaultEndpoint, "comma-separated gRPC addresses of cluster nodes (or $"+envEndpoints+")")
 	pf.DurationVar(&g.timeout, "timeout", 5*time.Second, "how long one request may take, retries included (scan: each page; bench: each operation; "+
-		"snapshot take: 10m, snapshot save and backup: unbounded, unless set)")
+		"snapshot take: 10m, snapshot save and backup: 24h, unless set)")
 	pf.StringVarP(&g.output, "output", "o", outTable, "output format: table or json (get: also raw)")
 	pf.BoolVar(&g.hex, "hex", false, "keys and values are hex, in arguments and in output")
 	g.flags = pf
@@ -174,14 +174,10 @@ func (g *globals) ctx() (context.Context, context.CancelFunc) {
 }
 
 // longCtx returns the context of an operation that may take long (a
-// snapshot, a backup): bounded by --timeout if it was set, else by def
-// (<= 0: unbounded).
+// snapshot, a backup): bounded by --timeout if it was set, else by def.
 func (g *globals) longCtx(def time.Duration) (context.Context, context.CancelFunc) {
 	if g.flags.Changed("timeout") {
 		return g.ctx()
-	}
-	if def <= 0 {
-		return context.WithCancel(context.Background())
 	}
 	return context.WithTimeout(context.Background(), def)
 }

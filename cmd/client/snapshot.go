@@ -85,7 +85,7 @@ written to FILE.part and renamed to FILE once complete and verified.
 			path := args[0]
 			return g.withClient(func(c *client.Client) error {
 				// A backup may take long: --timeout bounds it only if set.
-				ctx, cancel := g.longCtx(0)
+				ctx, cancel := g.longCtx(24 * time.Hour)
 				defer cancel()
 				info, err := saveBackup(ctx, c, path, endpoint, show, g.stderr)
 				if err != nil {
