@@ -19,8 +19,11 @@ import (
 type nodeStatus struct {
 	addr string
 	id   string // the member's ID as the leader knows it ("" if unknown)
-	st   *client.Status
-	err  error
+	// gossip is the member's gossip status as the leader knows it (""
+	// if unknown), shown for a node that does not answer.
+	gossip string
+	st     *client.Status
+	err    error
 }
 
 // statusNodeTimeout bounds each node's Status in `cairn status` (and
@@ -61,7 +64,11 @@ index.`,
 						targets = targets[:0]
 						for _, m := range ms.GetMembers() {
 							if m.GetGrpcAddr() != "" {
-								targets = append(targets, nodeStatus{addr: m.GetGrpcAddr(), id: m.GetId()})
+								gossip := strings.ToLower(m.GetStatus().String())
+								if m.GetStatus() == cairnpb.MemberStatus_MEMBER_STATUS_UNKNOWN {
+									gossip = ""
+								}
+								targets = append(targets, nodeStatus{addr: m.GetGrpcAddr(), id: m.GetId(), gossip: gossip})
 							}
 						}
 					}
@@ -136,7 +143,11 @@ func (g *globals) printStatus(sts []nodeStatus) error {
 		if s.err != nil {
 			failed++
 			unreachable = append(unreachable, s)
-			fmt.Fprintf(tw, "%s\t%s\tunreachable\t-\t-\t-\t-\t-\t-\n", orQuestion(s.id), s.addr)
+			state := "unreachable"
+			if s.gossip != "" && s.gossip != "alive" {
+				state += " (" + s.gossip + ")" // gossip's verdict: left, dead, suspect
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\n", orQuestion(s.id), s.addr, state)
 			continue
 		}
 		st := s.st

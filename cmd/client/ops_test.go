@@ -241,7 +241,7 @@ func TestPrintStatus(t *testing.T) {
 	sts := []nodeStatus{
 		{addr: "10.0.0.1:7379", id: "n1", st: &client.Status{NodeId: "n1", State: cairnpb.RaftState_FOLLOWER, Term: 3,
 			CommitIndex: 13086, CommitIndexIsLowerBound: true, AppliedIndex: 13086, LastLeaderContactMs: -1}},
-		{addr: "10.0.0.2:7379", id: "n2", err: errors.New("cairn: status: unavailable: connection refused")},
+		{addr: "10.0.0.2:7379", id: "n2", gossip: "dead", err: errors.New("cairn: status: unavailable: connection refused")},
 		{addr: "10.0.0.3:7379", id: "n3", st: &client.Status{NodeId: "n3", State: cairnpb.RaftState_LEADER, Term: 3,
 			CommitIndex: 13090, AppliedIndex: 13090, LeaderId: "n3"}},
 	}
@@ -250,7 +250,7 @@ func TestPrintStatus(t *testing.T) {
 	}
 	for _, re := range []string{
 		`(?m)^n1 +10\.0\.0\.1:7379 +follower +3 +>=13086 +13086 +0 +- `,
-		`(?m)^n2 +10\.0\.0\.2:7379 +unreachable +- +- +- +- +-`,
+		`(?m)^n2 +10\.0\.0\.2:7379 +unreachable \(dead\) +- +- +- +- +-`,
 		`(?m)^n3 +10\.0\.0\.3:7379 +leader +3 +13090 +13090 +0 +n3 `,
 		`(?m)^n2 \(10\.0\.0\.2:7379\) unreachable: cairn: status: unavailable: connection refused$`,
 		`(?m)^>=N: the node has not heard from a leader since it started`,
