@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -55,25 +56,11 @@ index.`,
 			return g.withClient(func(c *client.Client) error {
 				ctx, cancel := g.ctx()
 				defer cancel()
-				var targets []nodeStatus
-				for _, a := range g.endpointList() {
-					targets = append(targets, nodeStatus{addr: a})
-				}
+				var ms *client.Members
 				if !onlyEndpoints {
-					if ms, err := c.Members(ctx); err == nil {
-						targets = targets[:0]
-						for _, m := range ms.GetMembers() {
-							if m.GetGrpcAddr() != "" {
-								gossip := strings.ToLower(m.GetStatus().String())
-								if m.GetStatus() == cairnpb.MemberStatus_MEMBER_STATUS_UNKNOWN {
-									gossip = ""
-								}
-								targets = append(targets, nodeStatus{addr: m.GetGrpcAddr(), id: m.GetId(), gossip: gossip})
-							}
-						}
-					}
+					ms, _ = c.Members(ctx) // without it: the endpoints only
 				}
-				sts := statusAll(ctx, c, targets, min(g.timeout, statusNodeTimeout))
+				sts := statusAll(ctx, c, statusTargets(g.endpointList(), ms), min(g.timeout, statusNodeTimeout))
 				if g.output == outJSON {
 					return g.printStatusJSON(sts)
 				}
@@ -85,12 +72,46 @@ index.`,
 	return cmd
 }
 
-// statusAll asks every target for its Status, in parallel, each within
-// perNode, and returns them sorted by node ID.
+// errNoGRPCAddr is the status of a member whose gRPC address is unknown.
+var errNoGRPCAddr = errors.New("no gRPC address known (gossip has not seen the node)")
+
+// statusTargets lists the nodes `cairn status` asks: every member (ms nil:
+// none), and the endpoints that are not the address of one. A member whose
+// gRPC address is unknown is listed with errNoGRPCAddr.
+func statusTargets(endpoints []string, ms *client.Members) []nodeStatus {
+	var out []nodeStatus
+	known := map[string]bool{}
+	for _, m := range ms.GetMembers() {
+		gossip := strings.ToLower(m.GetStatus().String())
+		if m.GetStatus() == cairnpb.MemberStatus_MEMBER_STATUS_UNKNOWN {
+			gossip = ""
+		}
+		t := nodeStatus{addr: m.GetGrpcAddr(), id: m.GetId(), gossip: gossip}
+		if t.addr == "" {
+			t.err = errNoGRPCAddr
+		}
+		known[t.addr] = true
+		out = append(out, t)
+	}
+	for _, a := range endpoints {
+		if !known[a] {
+			known[a] = true
+			out = append(out, nodeStatus{addr: a})
+		}
+	}
+	return out
+}
+
+// statusAll asks every target (but those with an error already) for its
+// Status, in parallel, each within perNode. It returns them sorted by node
+// ID, without an endpoint that turned out to be a member listed already.
 func statusAll(ctx context.Context, c *client.Client, targets []nodeStatus, perNode time.Duration) []nodeStatus {
 	out := slices.Clone(targets)
 	var wg sync.WaitGroup
 	for i := range out {
+		if out[i].err != nil {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -105,9 +126,30 @@ func statusAll(ctx context.Context, c *client.Client, targets []nodeStatus, perN
 		}()
 	}
 	wg.Wait()
-	slices.SortFunc(out, func(a, b nodeStatus) int {
-		return strings.Compare(orQuestion(a.id)+"\x00"+a.addr, orQuestion(b.id)+"\x00"+b.addr)
-	})
+	// Drop an endpoint (a target with no ID before asking) that is a
+	// member whose own row answered.
+	answered := map[string]bool{}
+	for i, s := range out {
+		if targets[i].id != "" && s.st != nil {
+			answered[s.id] = true
+		}
+	}
+	kept := out[:0]
+	for i, s := range out {
+		if targets[i].id == "" && s.st != nil && answered[s.id] {
+			continue
+		}
+		kept = append(kept, s)
+	}
+	out = kept
+	// By ID, nodes of unknown ID last.
+	key := func(s nodeStatus) string {
+		if s.id == "" {
+			return "\xff\x00" + s.addr
+		}
+		return s.id + "\x00" + s.addr
+	}
+	slices.SortFunc(out, func(a, b nodeStatus) int { return strings.Compare(key(a), key(b)) })
 	return out
 }
 
@@ -147,7 +189,7 @@ func (g *globals) printStatus(sts []nodeStatus) error {
 			if s.gossip != "" && s.gossip != "alive" {
 				state += " (" + s.gossip + ")" // gossip's verdict: left, dead, suspect
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\n", orQuestion(s.id), s.addr, state)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\n", orQuestion(s.id), orDash(s.addr), state)
 			continue
 		}
 		st := s.st
@@ -157,7 +199,7 @@ func (g *globals) printStatus(sts []nodeStatus) error {
 	tw.Flush()
 	// The reasons go below the table, which they would otherwise stretch.
 	for _, s := range unreachable {
-		g.printf("%s (%s) unreachable: %v\n", orQuestion(s.id), s.addr, s.err)
+		g.printf("%s (%s) unreachable: %v\n", orQuestion(s.id), orDash(s.addr), s.err)
 	}
 	if slices.ContainsFunc(sts, func(s nodeStatus) bool { return s.st.GetCommitIndexIsLowerBound() }) {
 		g.printf(">=N: the node has not heard from a leader since it started; N is its applied index\n")

@@ -260,3 +260,31 @@ func TestPrintStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusTargets: status asks every member and the endpoints that are
+// not members' addresses; a member whose gRPC address gossip does not know
+// is listed as such rather than dropped.
+func TestStatusTargets(t *testing.T) {
+	ms := &client.Members{Members: []*cairnpb.Member{
+		{Id: "n1", GrpcAddr: "10.0.0.1:7379", Status: cairnpb.MemberStatus_ALIVE},
+		{Id: "n2", GrpcAddr: "10.0.0.2:7379", Status: cairnpb.MemberStatus_DEAD},
+		{Id: "n3", RaftAddr: "10.0.0.3:7380"},
+	}}
+	got := statusTargets([]string{"10.0.0.1:7379", "lb:7379"}, ms)
+	var lines []string
+	for _, s := range got {
+		lines = append(lines, fmt.Sprintf("%s %s %s %v", s.id, s.addr, s.gossip, s.err))
+	}
+	want := []string{
+		"n1 10.0.0.1:7379 alive <nil>",
+		"n2 10.0.0.2:7379 dead <nil>",
+		"n3   " + errNoGRPCAddr.Error(),
+		" lb:7379  <nil>",
+	}
+	if !slices.Equal(lines, want) {
+		t.Fatalf("targets:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	if got := statusTargets([]string{"a:1", "b:2"}, nil); len(got) != 2 || got[0].addr != "a:1" || got[1].addr != "b:2" {
+		t.Fatalf("endpoints only: %+v", got)
+	}
+}
