@@ -69,7 +69,8 @@
 // quorum and reads once it has applied everything committed).
 // WithConsistency(Serializable) reads any node's local state, possibly
 // stale, without a round trip to the leader. A Scan fetches pages as it is
-// iterated; each page is a consistent read of its own.
+// iterated; each page is a consistent read of its own, and a request of
+// its own: WithPageTimeout bounds each page rather than the whole scan.
 //
 // # Errors
 //

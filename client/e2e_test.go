@@ -37,6 +37,8 @@ func TestCluster(t *testing.T) {
 	tc := newTestCluster(t, 3)
 	c := newClient(t, client.Config{Endpoints: tc.endpoints()[:1]})
 	t.Run("KV", func(t *testing.T) { testKV(t, tc, c) })
+	t.Run("MaxKey", func(t *testing.T) { testMaxKey(t, tc, c) })
+	t.Run("ScanPageTimeout", func(t *testing.T) { testScanPageTimeout(t, tc, c) })
 	t.Run("RetriedWriteAppliedOnce", func(t *testing.T) { testRetriedWrite(t, tc) })
 	t.Run("Admin", func(t *testing.T) { testAdmin(t, tc, c) })
 	t.Run("Backup", func(t *testing.T) { testBackup(t, c) })

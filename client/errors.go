@@ -21,8 +21,8 @@ var (
 	// ErrCompareFailed: CompareAndSwap found another value.
 	ErrCompareFailed = errors.New("cairn: compare failed")
 	// ErrInvalidArgument: the request was refused without effect (an empty
-	// key, a key over 64 KiB, a value over the cluster's limit, a bad
-	// option or range). Retrying it cannot succeed.
+	// key, a key over cairnpb.MaxKeySize (65,535 bytes), a value over the
+	// cluster's limit, a bad option or range). Retrying it cannot succeed.
 	ErrInvalidArgument = errors.New("cairn: invalid argument")
 	// ErrUnavailable: no node could serve the request (unreachable, no
 	// leader, no quorum) before the context's deadline. Combined with

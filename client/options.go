@@ -3,6 +3,7 @@ package client
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 )
@@ -97,6 +98,7 @@ type callOptions struct {
 	hasPrefix   bool
 	limit       int
 	pageSize    int
+	pageTimeout time.Duration
 	reverse     bool
 	keysOnly    bool
 	endpoint    string
@@ -152,6 +154,15 @@ func WithLimit(n int) Option {
 // after about cairnpb.MaxScanPageBytes of data.
 func WithPageSize(n int) Option {
 	return Option{"WithPageSize", kindScan, func(o *callOptions) { o.pageSize = n }}
+}
+
+// WithPageTimeout bounds each page a Scan fetches, retries included,
+// instead of (or within) the Scan's context: a scan of any length
+// succeeds as long as every page arrives within d. The Scan's context
+// still bounds the whole scan; without WithPageTimeout a context with no
+// deadline gives each page Config.RequestTimeout. d <= 0: no page bound.
+func WithPageTimeout(d time.Duration) Option {
+	return Option{"WithPageTimeout", kindScan, func(o *callOptions) { o.pageTimeout = d }}
 }
 
 // WithReverse makes a Scan go from the end of its range to its start.

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 )
@@ -32,6 +33,8 @@ type ScanIterator struct {
 	// remaining is how many more keys the limit allows; < 0: no limit.
 	remaining int
 	pageSize  int
+	// pageTimeout bounds each page's fetch (0: none but ctx's).
+	pageTimeout time.Duration
 
 	page []*cairnpb.KeyValue
 	pos  int
@@ -45,9 +48,14 @@ type ScanIterator struct {
 // Scan returns an iterator over the keys k with start <= k < end (nil
 // start: from the first key; nil end: to the last), in ascending order, or
 // descending WithReverse. Options: WithPrefix (instead of start and end),
-// WithLimit, WithPageSize, WithReverse, WithKeysOnly, WithConsistency,
-// WithEndpoint. Errors, including bad arguments, are reported by Err after
-// Next returns false.
+// WithLimit, WithPageSize, WithPageTimeout, WithReverse, WithKeysOnly,
+// WithConsistency, WithEndpoint. Errors, including bad arguments, are
+// reported by Err after Next returns false.
+//
+// ctx bounds the whole scan. Each page is one request: with
+// WithPageTimeout, or when ctx has no deadline (then
+// Config.RequestTimeout), each page has its own bound, so a long scan is
+// not cut short by a timeout meant for one request.
 func (c *Client) Scan(ctx context.Context, start, end []byte, opts ...Option) *ScanIterator {
 	op := fmt.Sprintf("scan [%q, %q)", start, end)
 	it := &ScanIterator{c: c, ctx: ctx, op: op, remaining: -1}
@@ -76,6 +84,7 @@ func (c *Client) Scan(ctx context.Context, start, end []byte, opts ...Option) *S
 	default:
 		it.pageSize = min(o.pageSize, cairnpb.MaxScanLimit)
 	}
+	it.pageTimeout = max(o.pageTimeout, 0)
 	it.route, it.pin = toLeader, o.endpoint
 	if o.consistency == Serializable {
 		it.route = toAny
@@ -116,8 +125,14 @@ func (it *ScanIterator) fetch() bool {
 		limit = min(limit, it.remaining)
 	}
 	it.req.Limit = uint32(limit)
+	ctx := it.ctx
+	if it.pageTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, it.pageTimeout)
+		defer cancel()
+	}
 	var resp *cairnpb.ScanResponse
-	err := it.c.do(it.ctx, it.op, it.route, it.pin, func(ctx context.Context, nc *nodeConn) error {
+	err := it.c.do(ctx, it.op, it.route, it.pin, func(ctx context.Context, nc *nodeConn) error {
 		r, err := nc.kv.Scan(ctx, it.req)
 		if err == nil {
 			resp = r

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/cluster/membership"
@@ -37,29 +38,47 @@ func (s *clusterService) Status(ctx context.Context, _ *cairnpb.StatusRequest) (
 
 // Status describes the node, as the Cluster.Status RPC does (nil before
 // Start).
+//
+// CommitIndex is never below AppliedIndex: raft reports a commit index of 0
+// after a restart until a leader tells it the real one, so until then
+// Status reports the applied index instead, a lower bound (an entry is
+// applied only once committed), and sets CommitIndexIsLowerBound.
 func (n *Node) Status() *cairnpb.StatusResponse {
 	if n.raft == nil {
 		return nil
 	}
+	// The applied index is read before raft's commit index, so that a
+	// commit index raft knows is never below it.
+	applied := n.fsm.AppliedIndex()
 	stats := n.raft.Stats()
 	u := func(k string) uint64 {
 		v, _ := strconv.ParseUint(stats[k], 10, 64)
 		return v
 	}
 	leaderID, leaderAddr := n.Leader()
+	state := n.raft.State()
+	commit := u("commit_index")
 	resp := &cairnpb.StatusResponse{
-		NodeId:            n.cfg.ID,
-		State:             raftState(n.raft.State()),
-		LeaderId:          leaderID,
-		LeaderGrpcAddr:    leaderAddr,
-		Term:              u("term"),
-		CommitIndex:       u("commit_index"),
-		AppliedIndex:      n.fsm.AppliedIndex(),
-		LastLogIndex:      u("last_log_index"),
-		LastSnapshotIndex: u("last_snapshot_index"),
-		RaftAddr:          n.raftAddr,
-		GrpcAddr:          n.grpcAddr,
-		Version:           Version,
+		NodeId:                  n.cfg.ID,
+		State:                   raftState(state),
+		LeaderId:                leaderID,
+		LeaderGrpcAddr:          leaderAddr,
+		Term:                    u("term"),
+		CommitIndex:             max(commit, applied),
+		CommitIndexIsLowerBound: commit < applied,
+		AppliedIndex:            applied,
+		LastLogIndex:            u("last_log_index"),
+		LastSnapshotIndex:       u("last_snapshot_index"),
+		RaftAddr:                n.raftAddr,
+		GrpcAddr:                n.grpcAddr,
+		Version:                 Version,
+	}
+	switch lc := n.raft.LastContact(); {
+	case state == raft.Leader:
+	case lc.IsZero():
+		resp.LastLeaderContactMs = -1
+	default:
+		resp.LastLeaderContactMs = max(time.Since(lc).Milliseconds(), 0)
 	}
 	if m, err := n.fsm.Metrics(); err == nil {
 		resp.Engine = fsm.MetricsProto(m)
@@ -116,7 +135,9 @@ func (s *clusterService) Members(ctx context.Context, _ *cairnpb.MembersRequest)
 		m.Leader = srv.ID == leaderID
 		if pr, ok := progress[srv.ID]; ok {
 			m.Healthy = pr.Healthy
-			if !pr.LastContact.IsZero() {
+			// The leader's own row has no contact to report (its
+			// progress entry is stamped with the poll's time).
+			if !pr.LastContact.IsZero() && srv.ID != raft.ServerID(n.cfg.ID) {
 				m.LastContactMs = uint64(max(now.Sub(pr.LastContact).Milliseconds(), 0))
 			}
 		}

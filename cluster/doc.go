@@ -120,6 +120,17 @@
 // A write that fails with Unavailable or DeadlineExceeded may or may not
 // have been applied: retry it with the same client_id and seq.
 //
+// # Logs and peer connections
+//
+// Raft's log lines go to the node's slog.Logger (logging.go). A warning or
+// error about one peer (a "peer" or "server-id" argument, such as raft's
+// "failed to heartbeat to", repeated every few hundred milliseconds while a
+// follower is down) is logged at most once per 30s, with the count of the
+// repeats held back. The leader's gRPC connections to its peers (forwarding,
+// status polls) back off as gRPC does while a peer is down; when gossip
+// reports the peer alive again the backoff is cut short, so the peer reads
+// as healthy as soon as it is back.
+//
 // # Ports
 //
 // Defaults: gRPC 127.0.0.1:7379, raft 127.0.0.1:7380, gossip (TCP and

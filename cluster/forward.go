@@ -8,9 +8,22 @@ import (
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 )
+
+// peerConnectBackoff is the reconnect backoff of the connections to peers:
+// gRPC's default (1s, growing 1.6× to 2 minutes). A peer that was down for
+// minutes would therefore stay unreachable for up to two minutes after it
+// is back, so watchMembers resets the backoff as soon as gossip reports
+// the peer alive (forwarder.resetBackoff). A variable for tests.
+var peerConnectBackoff = backoff.DefaultConfig
+
+// peerDialOptions are added to the options of connections to peers (tests:
+// a dialer that counts attempts).
+var peerDialOptions []grpc.DialOption
 
 // forwarder keeps one gRPC client connection per peer address, for
 // forwarding requests to the leader and for the leader's status polls.
@@ -40,15 +53,34 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := f.mu.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr,
+	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: peerConnectBackoff, MinConnectTimeout: 20 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(f.maxMsg), grpc.MaxCallSendMsgSize(f.maxMsg)),
-	)
+	}, peerDialOptions...)
+	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
 	}
 	f.mu.conns[addr] = c
 	return c, nil
+}
+
+// resetBackoff makes the connection to addr, if there is one and it waits
+// out a reconnect backoff (TRANSIENT_FAILURE), try again now; it reports
+// whether it did. Call it when the peer is known to be back: without it,
+// the leader's status polls of a peer that was down for minutes keep
+// failing (and the peer reads as unhealthy) until the backoff, up to two
+// minutes, ends.
+func (f *forwarder) resetBackoff(addr string) bool {
+	f.mu.Lock()
+	c, ok := f.mu.conns[addr]
+	f.mu.Unlock()
+	if !ok || c.GetState() != connectivity.TransientFailure {
+		return false
+	}
+	c.ResetConnectBackoff()
+	return true
 }
 
 func (f *forwarder) close() {

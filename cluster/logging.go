@@ -2,15 +2,29 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
 
+// peerLogInterval is how often the same warning or error about the same
+// peer is logged: raft repeats "failed to heartbeat to" for a down follower
+// every few hundred milliseconds, which would otherwise flood the log.
+const peerLogInterval = 30 * time.Second
+
 // newHCLogger returns an hclog.Logger (what raft logs to) that forwards
-// each line to l at the matching level.
+// each line to l at the matching level, and logs repeated warnings and
+// errors about the same peer at most once per peerLogInterval (see
+// logLimiter).
 func newHCLogger(name string, l *slog.Logger, level slog.Level) hclog.Logger {
+	return newLimitedHCLogger(name, l, level, newLogLimiter(peerLogInterval, time.Now))
+}
+
+func newLimitedHCLogger(name string, l *slog.Logger, level slog.Level, lim *logLimiter) hclog.Logger {
 	if !l.Enabled(context.Background(), level) && !l.Enabled(context.Background(), slog.LevelError) {
 		return hclog.NewNullLogger()
 	}
@@ -23,12 +37,135 @@ func newHCLogger(name string, l *slog.Logger, level slog.Level) hclog.Logger {
 	case level >= slog.LevelWarn:
 		hl = hclog.Warn
 	}
-	return hclog.New(&hclog.LoggerOptions{
-		Name:        name,
-		Level:       hl,
-		Output:      slogWriter{l},
-		DisableTime: true,
-	})
+	return &limitedLogger{
+		Logger: hclog.New(&hclog.LoggerOptions{
+			Name:        name,
+			Level:       hl,
+			Output:      slogWriter{l},
+			DisableTime: true,
+		}),
+		lim: lim,
+	}
+}
+
+// peerArgs are the argument names raft gives a peer under.
+var peerArgs = [...]string{"peer", "server-id"}
+
+// limitedLogger is an hclog.Logger whose warnings and errors about a peer
+// (lines with a peerArgs argument) pass through lim.
+type limitedLogger struct {
+	hclog.Logger
+	lim *logLimiter
+}
+
+func (l *limitedLogger) Log(level hclog.Level, msg string, args ...any) {
+	if args, ok := l.limit(level, msg, args); ok {
+		l.Logger.Log(level, msg, args...)
+	}
+}
+
+func (l *limitedLogger) Warn(msg string, args ...any)  { l.Log(hclog.Warn, msg, args...) }
+func (l *limitedLogger) Error(msg string, args ...any) { l.Log(hclog.Error, msg, args...) }
+
+func (l *limitedLogger) With(args ...any) hclog.Logger {
+	return &limitedLogger{Logger: l.Logger.With(args...), lim: l.lim}
+}
+
+func (l *limitedLogger) Named(name string) hclog.Logger {
+	return &limitedLogger{Logger: l.Logger.Named(name), lim: l.lim}
+}
+
+func (l *limitedLogger) ResetNamed(name string) hclog.Logger {
+	return &limitedLogger{Logger: l.Logger.ResetNamed(name), lim: l.lim}
+}
+
+// limit decides whether a line is logged, and adds the count of the
+// identical lines suppressed before it.
+func (l *limitedLogger) limit(level hclog.Level, msg string, args []any) ([]any, bool) {
+	if level < hclog.Warn || level < l.Logger.GetLevel() {
+		return args, true // not limited, or not logged anyway
+	}
+	peer, ok := "", false
+	for i := 0; i+1 < len(args) && !ok; i += 2 {
+		for _, k := range peerArgs {
+			if s, isStr := args[i].(string); isStr && s == k {
+				peer, ok = fmt.Sprint(args[i+1]), true
+			}
+		}
+	}
+	if !ok {
+		return args, true
+	}
+	allow, suppressed := l.lim.allow(logKey{level: level, name: l.Logger.Name(), msg: msg, peer: peer})
+	if !allow {
+		return nil, false
+	}
+	if suppressed > 0 {
+		args = append(args[:len(args):len(args)], "suppressed", suppressed)
+	}
+	return args, true
+}
+
+// logKey identifies "the same line": its level, logger, message and peer
+// (other arguments, such as the error or a backoff time, may differ).
+type logKey struct {
+	level hclog.Level
+	name  string
+	msg   string
+	peer  string
+}
+
+// logLimiter lets a line through at most once per interval per key, and
+// counts the lines it held back.
+type logLimiter struct {
+	interval time.Duration
+	now      func() time.Time
+	mu       struct {
+		sync.Mutex
+		lines map[logKey]*limitedLine
+	}
+}
+
+type limitedLine struct {
+	// logged is when the line was last let through.
+	logged time.Time
+	// suppressed counts the lines held back since.
+	suppressed int
+}
+
+// maxLimitedLines bounds the limiter's memory: past it, lines not logged
+// for an interval are forgotten.
+const maxLimitedLines = 1024
+
+func newLogLimiter(interval time.Duration, now func() time.Time) *logLimiter {
+	l := &logLimiter{interval: interval, now: now}
+	l.mu.lines = make(map[logKey]*limitedLine)
+	return l
+}
+
+// allow reports whether a line with key k may be logged now and, if so, how
+// many lines with the same key it suppressed since it last allowed one.
+func (l *logLimiter) allow(k logKey) (ok bool, suppressed int) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, found := l.mu.lines[k]; found {
+		if now.Sub(e.logged) < l.interval {
+			e.suppressed++
+			return false, 0
+		}
+		suppressed, e.logged, e.suppressed = e.suppressed, now, 0
+		return true, suppressed
+	}
+	if len(l.mu.lines) >= maxLimitedLines {
+		for key, e := range l.mu.lines {
+			if now.Sub(e.logged) >= l.interval {
+				delete(l.mu.lines, key)
+			}
+		}
+	}
+	l.mu.lines[k] = &limitedLine{logged: now}
+	return true, 0
 }
 
 // slogWriter parses hclog's text lines ("[INFO]  raft: msg: k=v") into

@@ -40,6 +40,11 @@ func (n *Node) refreshMembers() {
 		m[mem.ID] = mem
 		if mem.ID != n.cfg.ID && mem.State == membership.StateAlive && !mem.Leaving {
 			peers = append(peers, mem.Addr)
+			// Gossip sees the peer: reconnect now if gRPC waits out a
+			// backoff from when it was down.
+			if mem.GRPCAddr != "" && n.fwd.resetBackoff(mem.GRPCAddr) {
+				n.log.Debug("cluster: peer back, reconnecting", "id", mem.ID, "addr", mem.GRPCAddr)
+			}
 		}
 	}
 	n.members.Store(&m)
@@ -302,9 +307,16 @@ func (n *Node) collectProgress(ctx context.Context, conf raft.Configuration) map
 			if err != nil || st.GetNodeId() != string(id) {
 				return
 			}
+			// The member's last contact is when it last heard from
+			// this leader, as it reports; the poll's own reply is the
+			// fallback (a member that reports none).
+			contact := n.cfg.Now()
+			if ms := st.GetLastLeaderContactMs(); ms > 0 {
+				contact = contact.Add(-time.Duration(ms) * time.Millisecond)
+			}
 			pr := membership.ServerProgress{
 				LastIndex:   st.GetLastLogIndex(),
-				LastContact: n.cfg.Now(),
+				LastContact: contact,
 				Healthy:     st.GetTerm() == term && st.GetLeaderId() == n.cfg.ID,
 			}
 			mu.Lock()

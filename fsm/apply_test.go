@@ -300,7 +300,9 @@ func TestInvalidCommandsHaveNoSideEffects(t *testing.T) {
 	o := testOptions(vfs.NewMem())
 	o.MaxValueSize = 1000
 	f, g := openTest(t, o.Engine.FS, "/fsm", o), newLogGen()
-	big := bytes.Repeat([]byte("k"), maxUserKeySize+1)
+	// The API's limit, which every layer enforces (not the FSM's own
+	// constant: the two once differed by one).
+	big := bytes.Repeat([]byte("k"), cairnpb.MaxKeySize+1)
 	logs := []*raft.Log{
 		g.cmd(t, put("ok1", "v")),
 		g.cmd(t, &cairnpb.PutRequest{Key: big, Value: []byte("v")}),
@@ -313,7 +315,7 @@ func TestInvalidCommandsHaveNoSideEffects(t *testing.T) {
 		g.next(raft.LogCommand, nil),                      // no operation
 		g.cmd(t, put("ok2", "v")),
 		g.cmd(t, &cairnpb.PutRequest{Key: []byte("max"), Value: make([]byte, 1000)}),
-		g.cmd(t, &cairnpb.PutRequest{Key: bytes.Repeat([]byte("m"), maxUserKeySize)}),
+		g.cmd(t, &cairnpb.PutRequest{Key: bytes.Repeat([]byte("m"), cairnpb.MaxKeySize)}),
 	}
 	res := f.ApplyBatch(logs)
 	for i := 1; i <= 8; i++ {

@@ -37,8 +37,8 @@
 // version counts the Puts since the key was created (1 on create;
 // deleting the key forgets it); create_index and mod_index are the raft
 // indexes of the creating and the latest Put. Since a user key is stored
-// with a one-byte prefix, the largest user key is min(cairnpb.MaxKeySize,
-// lsm.MaxKeySize-1).
+// with a one-byte prefix, the largest user key is lsm.MaxKeySize-1, which
+// is cairnpb.MaxKeySize (keys.go checks it at compile time).
 //
 // # Apply
 //

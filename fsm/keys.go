@@ -32,9 +32,12 @@ var (
 const formatVersion uint32 = 1
 
 // maxUserKeySize is the largest user key the FSM accepts: the API's limit,
-// reduced if needed so that the prefixed engine key stays within the
-// engine's limit.
-const maxUserKeySize = min(cairnpb.MaxKeySize, lsm.MaxKeySize-1)
+// which every other layer enforces too. The prefixed engine key must fit
+// the engine's limit; the array below has a negative length, and the build
+// fails, if it does not.
+const maxUserKeySize = cairnpb.MaxKeySize
+
+var _ [lsm.MaxKeySize - 1 - maxUserKeySize]struct{}
 
 // maxRecordOverhead bounds the bytes a value record adds to a value.
 const maxRecordOverhead = 1 + 3*binary.MaxVarintLen64

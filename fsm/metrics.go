@@ -13,6 +13,7 @@ func MetricsProto(m *lsm.Metrics) *cairnpb.EngineMetrics {
 		Flushes:             uint64(m.Flushes),
 		Compactions:         uint64(m.Compactions),
 		BytesIngested:       uint64(m.BytesIngested),
+		BytesAtOpen:         uint64(m.BytesAtOpen),
 		WriteAmplification:  m.WriteAmplification,
 		WalBytes:            uint64(m.WALBytes),
 		WalSyncs:            uint64(m.WALSyncs),

@@ -95,11 +95,15 @@ type filterCounters struct{ checked, useful atomic.Int64 }
 
 // dbStats are the counters behind Metrics. REQUIRES: d.mu held to update.
 type dbStats struct {
-	flushes, compactions       int64
-	flushBytes                 int64
-	compactionBytesRead        int64
-	compactionBytesWritten     int64
-	bytesIngested              int64 // user bytes written (batch reprs)
+	flushes, compactions   int64
+	flushBytes             int64
+	compactionBytesRead    int64
+	compactionBytesWritten int64
+	bytesIngested          int64 // user bytes written (batch reprs)
+	// bytesAtOpen is the size of the tables the DB opened with (including
+	// those recovered from the WAL at Open): input that compactions
+	// rewrite but that was not ingested since Open.
+	bytesAtOpen                int64
 	levelBytesRead             [version.NumLevels]int64
 	levelBytesWritten          [version.NumLevels]int64
 	slowdowns, stops           int64

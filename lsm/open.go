@@ -165,6 +165,9 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 	if err := vs.LogAndApply(&d.mu.Mutex, ve); err != nil {
 		return nil, fmt.Errorf("lsm: recording recovery in manifest: %w", err)
 	}
+	for l := range version.NumLevels {
+		d.mu.stats.bytesAtOpen += levelSize(vs.Current(), l)
+	}
 	if !o.DisableWAL {
 		f, err := d.createWAL(newLogNum)
 		if err != nil {

@@ -228,7 +228,12 @@ type StatusResponse struct {
 	LeaderId       string                 `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
 	LeaderGrpcAddr string                 `protobuf:"bytes,4,opt,name=leader_grpc_addr,json=leaderGrpcAddr,proto3" json:"leader_grpc_addr,omitempty"`
 	Term           uint64                 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
-	CommitIndex    uint64                 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	// commit_index is raft's commit index, or, while this node has not yet
+	// learned it from a leader since it started (raft reports 0 until then),
+	// the applied index: a lower bound, since only committed entries are
+	// applied. commit_index_is_lower_bound says which (never 0 while
+	// applied_index is not).
+	CommitIndex uint64 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	// applied_index is the index the state machine has applied (and whose
 	// state local reads see).
 	AppliedIndex      uint64 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
@@ -239,9 +244,15 @@ type StatusResponse struct {
 	GrpcAddr string         `protobuf:"bytes,11,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
 	Engine   *EngineMetrics `protobuf:"bytes,12,opt,name=engine,proto3" json:"engine,omitempty"`
 	// version is the server's build version.
-	Version       string `protobuf:"bytes,13,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version string `protobuf:"bytes,13,opt,name=version,proto3" json:"version,omitempty"`
+	// commit_index_is_lower_bound is set when commit_index is the applied
+	// index standing in for a commit index raft does not know yet.
+	CommitIndexIsLowerBound bool `protobuf:"varint,14,opt,name=commit_index_is_lower_bound,json=commitIndexIsLowerBound,proto3" json:"commit_index_is_lower_bound,omitempty"`
+	// last_leader_contact_ms is, on a follower, the time since it last heard
+	// from the leader; -1 if it has not since it started. 0 on the leader.
+	LastLeaderContactMs int64 `protobuf:"varint,15,opt,name=last_leader_contact_ms,json=lastLeaderContactMs,proto3" json:"last_leader_contact_ms,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -365,24 +376,45 @@ func (x *StatusResponse) GetVersion() string {
 	return ""
 }
 
+func (x *StatusResponse) GetCommitIndexIsLowerBound() bool {
+	if x != nil {
+		return x.CommitIndexIsLowerBound
+	}
+	return false
+}
+
+func (x *StatusResponse) GetLastLeaderContactMs() int64 {
+	if x != nil {
+		return x.LastLeaderContactMs
+	}
+	return 0
+}
+
 // EngineMetrics are a summary of the storage engine's metrics.
 type EngineMetrics struct {
-	state               protoimpl.MessageState `protogen:"open.v1"`
-	Levels              []*EngineMetrics_Level `protobuf:"bytes,1,rep,name=levels,proto3" json:"levels,omitempty"`
-	Memtables           uint64                 `protobuf:"varint,2,opt,name=memtables,proto3" json:"memtables,omitempty"`
-	MemtableBytes       uint64                 `protobuf:"varint,3,opt,name=memtable_bytes,json=memtableBytes,proto3" json:"memtable_bytes,omitempty"`
-	Flushes             uint64                 `protobuf:"varint,4,opt,name=flushes,proto3" json:"flushes,omitempty"`
-	Compactions         uint64                 `protobuf:"varint,5,opt,name=compactions,proto3" json:"compactions,omitempty"`
-	BytesIngested       uint64                 `protobuf:"varint,6,opt,name=bytes_ingested,json=bytesIngested,proto3" json:"bytes_ingested,omitempty"`
-	WriteAmplification  float64                `protobuf:"fixed64,7,opt,name=write_amplification,json=writeAmplification,proto3" json:"write_amplification,omitempty"`
-	WalBytes            uint64                 `protobuf:"varint,8,opt,name=wal_bytes,json=walBytes,proto3" json:"wal_bytes,omitempty"`
-	WalSyncs            uint64                 `protobuf:"varint,9,opt,name=wal_syncs,json=walSyncs,proto3" json:"wal_syncs,omitempty"`
-	WriteStalls         uint64                 `protobuf:"varint,10,opt,name=write_stalls,json=writeStalls,proto3" json:"write_stalls,omitempty"`
-	BlockCacheHits      uint64                 `protobuf:"varint,11,opt,name=block_cache_hits,json=blockCacheHits,proto3" json:"block_cache_hits,omitempty"`
-	BlockCacheMisses    uint64                 `protobuf:"varint,12,opt,name=block_cache_misses,json=blockCacheMisses,proto3" json:"block_cache_misses,omitempty"`
-	BlockCacheSizeBytes uint64                 `protobuf:"varint,13,opt,name=block_cache_size_bytes,json=blockCacheSizeBytes,proto3" json:"block_cache_size_bytes,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Levels        []*EngineMetrics_Level `protobuf:"bytes,1,rep,name=levels,proto3" json:"levels,omitempty"`
+	Memtables     uint64                 `protobuf:"varint,2,opt,name=memtables,proto3" json:"memtables,omitempty"`
+	MemtableBytes uint64                 `protobuf:"varint,3,opt,name=memtable_bytes,json=memtableBytes,proto3" json:"memtable_bytes,omitempty"`
+	Flushes       uint64                 `protobuf:"varint,4,opt,name=flushes,proto3" json:"flushes,omitempty"`
+	Compactions   uint64                 `protobuf:"varint,5,opt,name=compactions,proto3" json:"compactions,omitempty"`
+	// bytes_ingested is the size of the writes the engine received since it
+	// was opened; bytes_at_open the size of the tables it opened with (those
+	// it recovered, or a restored snapshot's). Both are input that flushes
+	// and compactions rewrite.
+	BytesIngested uint64 `protobuf:"varint,6,opt,name=bytes_ingested,json=bytesIngested,proto3" json:"bytes_ingested,omitempty"`
+	// write_amplification is the bytes the engine wrote (WAL, flushes,
+	// compactions) over bytes_ingested + bytes_at_open.
+	WriteAmplification  float64 `protobuf:"fixed64,7,opt,name=write_amplification,json=writeAmplification,proto3" json:"write_amplification,omitempty"`
+	WalBytes            uint64  `protobuf:"varint,8,opt,name=wal_bytes,json=walBytes,proto3" json:"wal_bytes,omitempty"`
+	WalSyncs            uint64  `protobuf:"varint,9,opt,name=wal_syncs,json=walSyncs,proto3" json:"wal_syncs,omitempty"`
+	WriteStalls         uint64  `protobuf:"varint,10,opt,name=write_stalls,json=writeStalls,proto3" json:"write_stalls,omitempty"`
+	BlockCacheHits      uint64  `protobuf:"varint,11,opt,name=block_cache_hits,json=blockCacheHits,proto3" json:"block_cache_hits,omitempty"`
+	BlockCacheMisses    uint64  `protobuf:"varint,12,opt,name=block_cache_misses,json=blockCacheMisses,proto3" json:"block_cache_misses,omitempty"`
+	BlockCacheSizeBytes uint64  `protobuf:"varint,13,opt,name=block_cache_size_bytes,json=blockCacheSizeBytes,proto3" json:"block_cache_size_bytes,omitempty"`
 	// background_error is the engine's sticky background error, if any.
 	BackgroundError string `protobuf:"bytes,14,opt,name=background_error,json=backgroundError,proto3" json:"background_error,omitempty"`
+	BytesAtOpen     uint64 `protobuf:"varint,15,opt,name=bytes_at_open,json=bytesAtOpen,proto3" json:"bytes_at_open,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -515,6 +547,13 @@ func (x *EngineMetrics) GetBackgroundError() string {
 	return ""
 }
 
+func (x *EngineMetrics) GetBytesAtOpen() uint64 {
+	if x != nil {
+		return x.BytesAtOpen
+	}
+	return 0
+}
+
 type MembersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -563,8 +602,9 @@ type Member struct {
 	// healthy is the leader's view: reachable and caught up. Only the
 	// leader knows it; other nodes report false.
 	Healthy bool `protobuf:"varint,8,opt,name=healthy,proto3" json:"healthy,omitempty"`
-	// last_contact_ms is the time since the leader last heard from the
-	// member (leader only; 0 otherwise).
+	// last_contact_ms is the time since the member last heard from the
+	// leader, as the leader learned at its latest poll (leader only; 0
+	// otherwise, and on the leader's own row).
 	LastContactMs uint64 `protobuf:"varint,9,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1493,7 +1533,7 @@ var File_cairnpb_cluster_proto protoreflect.FileDescriptor
 const file_cairnpb_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x15cairnpb/cluster.proto\x12\bcairn.v1\"\x0f\n" +
-	"\rStatusRequest\"\xd2\x03\n" +
+	"\rStatusRequest\"\xc5\x04\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.cairn.v1.RaftStateR\x05state\x12\x1b\n" +
@@ -1508,7 +1548,9 @@ const file_cairnpb_cluster_proto_rawDesc = "" +
 	" \x01(\tR\braftAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\v \x01(\tR\bgrpcAddr\x12/\n" +
 	"\x06engine\x18\f \x01(\v2\x17.cairn.v1.EngineMetricsR\x06engine\x12\x18\n" +
-	"\aversion\x18\r \x01(\tR\aversion\"\xa5\x05\n" +
+	"\aversion\x18\r \x01(\tR\aversion\x12<\n" +
+	"\x1bcommit_index_is_lower_bound\x18\x0e \x01(\bR\x17commitIndexIsLowerBound\x123\n" +
+	"\x16last_leader_contact_ms\x18\x0f \x01(\x03R\x13lastLeaderContactMs\"\xc9\x05\n" +
 	"\rEngineMetrics\x125\n" +
 	"\x06levels\x18\x01 \x03(\v2\x1d.cairn.v1.EngineMetrics.LevelR\x06levels\x12\x1c\n" +
 	"\tmemtables\x18\x02 \x01(\x04R\tmemtables\x12%\n" +
@@ -1524,7 +1566,8 @@ const file_cairnpb_cluster_proto_rawDesc = "" +
 	"\x10block_cache_hits\x18\v \x01(\x04R\x0eblockCacheHits\x12,\n" +
 	"\x12block_cache_misses\x18\f \x01(\x04R\x10blockCacheMisses\x123\n" +
 	"\x16block_cache_size_bytes\x18\r \x01(\x04R\x13blockCacheSizeBytes\x12)\n" +
-	"\x10background_error\x18\x0e \x01(\tR\x0fbackgroundError\x1ao\n" +
+	"\x10background_error\x18\x0e \x01(\tR\x0fbackgroundError\x12\"\n" +
+	"\rbytes_at_open\x18\x0f \x01(\x04R\vbytesAtOpen\x1ao\n" +
 	"\x05Level\x12\x14\n" +
 	"\x05level\x18\x01 \x01(\rR\x05level\x12\x1b\n" +
 	"\tnum_files\x18\x02 \x01(\x04R\bnumFiles\x12\x1d\n" +

@@ -2,8 +2,12 @@ package cairnpb
 
 // Limits every node enforces.
 const (
-	// MaxKeySize is the largest key, in bytes. Keys must also be non-empty.
-	MaxKeySize = 64 << 10
+	// MaxKeySize is the largest key, in bytes: 64 KiB less one, because
+	// the state machine stores a key behind a one-byte prefix in an engine
+	// whose keys are at most 64 KiB (package fsm checks this at compile
+	// time). Keys must also be non-empty. Every layer (client, node, state
+	// machine) enforces this one constant.
+	MaxKeySize = 64<<10 - 1
 	// DefaultMaxValueSize is the largest value, in bytes, unless a node is
 	// configured otherwise (every node of a cluster must use the same
 	// limit).

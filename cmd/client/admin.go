@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -18,9 +19,18 @@ import (
 // nodeStatus is one node's Status, or why it could not be had.
 type nodeStatus struct {
 	addr string
-	st   *client.Status
-	err  error
+	id   string // the member's ID as the leader knows it ("" if unknown)
+	// gossip is the member's gossip status as the leader knows it (""
+	// if unknown), shown for a node that does not answer.
+	gossip string
+	st     *client.Status
+	err    error
 }
+
+// statusNodeTimeout bounds each node's Status in `cairn status` (and
+// --timeout, if shorter): the nodes are asked in parallel, and one that
+// does not answer is shown as unreachable without holding up the others.
+const statusNodeTimeout = time.Second
 
 func newStatusCmd(g *globals) *cobra.Command {
 	var onlyEndpoints bool
@@ -31,7 +41,13 @@ func newStatusCmd(g *globals) *cobra.Command {
 or with --only-endpoints of the --endpoints only: raft state, term, commit
 and applied index, leader; then each node's storage engine: memtables, WAL,
 write amplification, stalls, block cache hit ratio, and the LSM shape (files
-and bytes per level). -o json prints the full Status of each node.`,
+and bytes per level). -o json prints the full Status of each node.
+
+The nodes are asked in parallel, each for at most 1s (or --timeout if
+shorter); one that does not answer is listed as unreachable, with the
+reason below the table. A commit index shown as >=N is a lower bound: the
+node has not heard from a leader since it started, and N is its applied
+index.`,
 		Example: `  cairn status
   cairn status --endpoints 127.0.0.1:7379 --only-endpoints
   cairn status -o json`,
@@ -40,18 +56,11 @@ and bytes per level). -o json prints the full Status of each node.`,
 			return g.withClient(func(c *client.Client) error {
 				ctx, cancel := g.ctx()
 				defer cancel()
-				addrs := g.endpointList()
+				var ms *client.Members
 				if !onlyEndpoints {
-					if ms, err := c.Members(ctx); err == nil {
-						addrs = addrs[:0]
-						for _, m := range ms.GetMembers() {
-							if m.GetGrpcAddr() != "" {
-								addrs = append(addrs, m.GetGrpcAddr())
-							}
-						}
-					}
+					ms, _ = c.Members(ctx) // without it: the endpoints only
 				}
-				sts := statusAll(ctx, c, addrs)
+				sts := statusAll(ctx, c, statusTargets(g.endpointList(), ms), min(g.timeout, statusNodeTimeout))
 				if g.output == outJSON {
 					return g.printStatusJSON(sts)
 				}
@@ -63,25 +72,101 @@ and bytes per level). -o json prints the full Status of each node.`,
 	return cmd
 }
 
-// statusAll asks every address for its Status, in parallel.
-func statusAll(ctx context.Context, c *client.Client, addrs []string) []nodeStatus {
-	out := make([]nodeStatus, len(addrs))
+// errNoGRPCAddr is the status of a member whose gRPC address is unknown.
+var errNoGRPCAddr = errors.New("no gRPC address known (gossip has not seen the node)")
+
+// statusTargets lists the nodes `cairn status` asks: every member (ms nil:
+// none), and the endpoints that are not the address of one. A member whose
+// gRPC address is unknown is listed with errNoGRPCAddr.
+func statusTargets(endpoints []string, ms *client.Members) []nodeStatus {
+	var out []nodeStatus
+	known := map[string]bool{}
+	for _, m := range ms.GetMembers() {
+		gossip := strings.ToLower(m.GetStatus().String())
+		if m.GetStatus() == cairnpb.MemberStatus_MEMBER_STATUS_UNKNOWN {
+			gossip = ""
+		}
+		t := nodeStatus{addr: m.GetGrpcAddr(), id: m.GetId(), gossip: gossip}
+		if t.addr == "" {
+			t.err = errNoGRPCAddr
+		}
+		known[t.addr] = true
+		out = append(out, t)
+	}
+	for _, a := range endpoints {
+		if !known[a] {
+			known[a] = true
+			out = append(out, nodeStatus{addr: a})
+		}
+	}
+	return out
+}
+
+// statusAll asks every target (but those with an error already) for its
+// Status, in parallel, each within perNode. It returns them sorted by node
+// ID, without an endpoint that turned out to be a member listed already.
+func statusAll(ctx context.Context, c *client.Client, targets []nodeStatus, perNode time.Duration) []nodeStatus {
+	out := slices.Clone(targets)
 	var wg sync.WaitGroup
-	for i, a := range addrs {
+	for i := range out {
+		if out[i].err != nil {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			// One node that does not answer must not take the whole
 			// timeout from the others.
-			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			sctx, cancel := context.WithTimeout(ctx, perNode)
 			defer cancel()
-			st, err := c.Status(sctx, client.WithEndpoint(a))
-			out[i] = nodeStatus{addr: a, st: st, err: err}
+			out[i].st, out[i].err = c.Status(sctx, client.WithEndpoint(out[i].addr))
+			if id := out[i].st.GetNodeId(); id != "" {
+				out[i].id = id
+			}
 		}()
 	}
 	wg.Wait()
-	slices.SortFunc(out, func(a, b nodeStatus) int { return strings.Compare(a.st.GetNodeId()+a.addr, b.st.GetNodeId()+b.addr) })
+	// Drop an endpoint (a target with no ID before asking) that is a
+	// member whose own row answered.
+	answered := map[string]bool{}
+	for i, s := range out {
+		if targets[i].id != "" && s.st != nil {
+			answered[s.id] = true
+		}
+	}
+	kept := out[:0]
+	for i, s := range out {
+		if targets[i].id == "" && s.st != nil && answered[s.id] {
+			continue
+		}
+		kept = append(kept, s)
+	}
+	out = kept
+	// By ID, nodes of unknown ID last.
+	key := func(s nodeStatus) string {
+		if s.id == "" {
+			return "\xff\x00" + s.addr
+		}
+		return s.id + "\x00" + s.addr
+	}
+	slices.SortFunc(out, func(a, b nodeStatus) int { return strings.Compare(key(a), key(b)) })
 	return out
+}
+
+func orQuestion(s string) string {
+	if s == "" {
+		return "?"
+	}
+	return s
+}
+
+// commitText shows a commit index, as ">=N" when the node only knows a
+// lower bound (it has not heard from a leader since it started).
+func commitText(st *client.Status) string {
+	if st.GetCommitIndexIsLowerBound() {
+		return fmt.Sprintf(">=%d", st.GetCommitIndex())
+	}
+	return fmt.Sprint(st.GetCommitIndex())
 }
 
 func stateName(s cairnpb.RaftState) string {
@@ -100,17 +185,24 @@ func (g *globals) printStatus(sts []nodeStatus) error {
 		if s.err != nil {
 			failed++
 			unreachable = append(unreachable, s)
-			fmt.Fprintf(tw, "?\t%s\tunreachable\t\t\t\t\t\t\n", s.addr)
+			state := "unreachable"
+			if s.gossip != "" && s.gossip != "alive" {
+				state += " (" + s.gossip + ")" // gossip's verdict: left, dead, suspect
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\n", orQuestion(s.id), orDash(s.addr), state)
 			continue
 		}
 		st := s.st
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", st.GetNodeId(), s.addr, stateName(st.GetState()),
-			st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetLastSnapshotIndex(), st.GetLeaderId(), st.GetVersion())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", st.GetNodeId(), s.addr, stateName(st.GetState()),
+			st.GetTerm(), commitText(st), st.GetAppliedIndex(), st.GetLastSnapshotIndex(), orDash(st.GetLeaderId()), st.GetVersion())
 	}
 	tw.Flush()
 	// The reasons go below the table, which they would otherwise stretch.
 	for _, s := range unreachable {
-		g.printf("%s: %v\n", s.addr, s.err)
+		g.printf("%s (%s) unreachable: %v\n", orQuestion(s.id), orDash(s.addr), s.err)
+	}
+	if slices.ContainsFunc(sts, func(s nodeStatus) bool { return s.st.GetCommitIndexIsLowerBound() }) {
+		g.printf(">=N: the node has not heard from a leader since it started; N is its applied index\n")
 	}
 
 	// The engines.
@@ -183,7 +275,11 @@ func (g *globals) printStatusJSON(sts []nodeStatus) error {
 	for _, s := range sts {
 		if s.err != nil {
 			failed++
-			b, _ := json.Marshal(map[string]string{"grpc_addr": s.addr, "error": s.err.Error()})
+			m := map[string]string{"grpc_addr": s.addr, "error": s.err.Error()}
+			if s.id != "" {
+				m["node_id"] = s.id
+			}
+			b, _ := json.Marshal(m)
 			out = append(out, b)
 			continue
 		}
@@ -239,8 +335,10 @@ gossip status, and (the leader knows it) health and time since last contact.`,
 					if m.GetStatus() == cairnpb.MemberStatus_MEMBER_STATUS_UNKNOWN {
 						status = "unknown"
 					}
+					// The leader's own row has no contact; a member the
+					// leader could not poll has none either.
 					contact := "-"
-					if m.GetLastContactMs() > 0 || m.GetHealthy() {
+					if !m.GetLeader() && (m.GetLastContactMs() > 0 || m.GetHealthy()) {
 						contact = (time.Duration(m.GetLastContactMs()) * time.Millisecond).String()
 					}
 					leader := ""

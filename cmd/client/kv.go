@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 
+	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/client"
 	"github.com/spf13/cobra"
 )
@@ -26,7 +28,7 @@ func (g *globals) arg(what, s string) ([]byte, error) {
 func (g *globals) key(s string) ([]byte, error) {
 	k, err := g.arg("key", s)
 	if err == nil && len(k) == 0 {
-		err = usagef("empty key (keys are 1 byte to 64 KiB)")
+		err = usagef("empty key (keys are 1 to %d bytes)", cairnpb.MaxKeySize)
 	}
 	return k, err
 }
@@ -239,6 +241,7 @@ func newScanCmd(g *globals) *cobra.Command {
 		reverse     bool
 		keysOnly    bool
 		consistency string
+		pageSize    int
 	)
 	cmd := &cobra.Command{
 		Use:   "scan [--prefix P | START [END]]",
@@ -246,7 +249,8 @@ func newScanCmd(g *globals) *cobra.Command {
 		Long: `List the keys with a prefix (--prefix), or in [START, END) (no END: to the
 last key; no arguments: every key), in key order or --reverse, as a table
 (KEY, VALUE, VERSION, MOD_INDEX) or with -o json as a JSON array. Pages are
-fetched as needed: a scan of any size runs in bounded memory.`,
+fetched as needed: a scan of any size runs in bounded memory. --timeout
+bounds each page's request, not the whole scan.`,
 		Example: `  cairn scan --prefix user/
   cairn scan user/100 user/200 --limit 10
   cairn scan --reverse --limit 1
@@ -270,6 +274,15 @@ fetched as needed: a scan of any size runs in bounded memory.`,
 			if keysOnly {
 				opts = append(opts, client.WithKeysOnly())
 			}
+			if pageSize < 0 {
+				return usagef("--page-size %d < 0", pageSize)
+			}
+			if pageSize > 0 {
+				opts = append(opts, client.WithPageSize(pageSize))
+			}
+			// --timeout bounds each page: a long scan runs as long as
+			// its pages keep coming.
+			opts = append(opts, client.WithPageTimeout(g.timeout))
 			var start, end []byte
 			if cmd.Flags().Changed("prefix") {
 				p, err := g.arg("prefix", prefix)
@@ -289,9 +302,7 @@ fetched as needed: a scan of any size runs in bounded memory.`,
 				}
 			}
 			return g.withClient(func(c *client.Client) error {
-				ctx, cancel := g.ctx()
-				defer cancel()
-				it := c.Scan(ctx, start, end, opts...)
+				it := c.Scan(context.Background(), start, end, opts...)
 				defer it.Close()
 				return g.printScan(it, keysOnly)
 			})
@@ -301,6 +312,7 @@ fetched as needed: a scan of any size runs in bounded memory.`,
 	cmd.Flags().IntVar(&limit, "limit", 0, "list at most this many keys (0: all)")
 	cmd.Flags().BoolVar(&reverse, "reverse", false, "list in descending key order")
 	cmd.Flags().BoolVar(&keysOnly, "keys-only", false, "omit the values")
+	cmd.Flags().IntVar(&pageSize, "page-size", 0, fmt.Sprintf("keys per request (0: %d, at most %d)", cairnpb.DefaultScanLimit, cairnpb.MaxScanLimit))
 	consistencyFlag(cmd, &consistency)
 	cmd.Args = func(cmd *cobra.Command, args []string) error {
 		if cmd.Flags().Changed("prefix") && len(args) > 0 {

@@ -11,6 +11,7 @@ import (
 	"github.com/cairnkv/cairn/client"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
 )
 
 // envEndpoints is the environment variable that sets --endpoints.
@@ -88,7 +89,8 @@ Exit codes: 0 success; 1 failure (one line on stderr says why), including
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.endpoints, "endpoints", client.DefaultEndpoint, "comma-separated gRPC addresses of cluster nodes (or $"+envEndpoints+")")
-	pf.DurationVar(&g.timeout, "timeout", 5*time.Second, "how long a command (in bench: one operation) may take, retries included")
+	pf.DurationVar(&g.timeout, "timeout", 5*time.Second, "how long one request may take, retries included (scan: each page; bench: each operation; "+
+		"snapshot take: 10m, snapshot save and backup: 24h, unless set)")
 	pf.StringVarP(&g.output, "output", "o", outTable, "output format: table or json (get: also raw)")
 	pf.BoolVar(&g.hex, "hex", false, "keys and values are hex, in arguments and in output")
 	g.flags = pf
@@ -155,7 +157,7 @@ func (g *globals) withClient(f func(c *client.Client) error) error {
 	if len(eps) == 0 {
 		return usagef("no endpoints (set --endpoints or $%s)", envEndpoints)
 	}
-	c, err := client.New(client.Config{Endpoints: eps, MaxRetryBackoff: 500 * time.Millisecond})
+	c, err := client.New(client.Config{Endpoints: eps, MaxRetryBackoff: 500 * time.Millisecond, DialOptions: testDialOptions})
 	if err != nil {
 		return usageError{err}
 	}
@@ -163,9 +165,21 @@ func (g *globals) withClient(f func(c *client.Client) error) error {
 	return f(c)
 }
 
+// testDialOptions are added to the client's (tests: interceptors).
+var testDialOptions []grpc.DialOption
+
 // ctx returns a context bounded by --timeout.
 func (g *globals) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), g.timeout)
+}
+
+// longCtx returns the context of an operation that may take long (a
+// snapshot, a backup): bounded by --timeout if it was set, else by def.
+func (g *globals) longCtx(def time.Duration) (context.Context, context.CancelFunc) {
+	if g.flags.Changed("timeout") {
+		return g.ctx()
+	}
+	return context.WithTimeout(context.Background(), def)
 }
 
 func (g *globals) printf(format string, args ...any) {

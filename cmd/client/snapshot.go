@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
@@ -46,28 +47,35 @@ func newSnapshotCmd(g *globals) *cobra.Command {
 		Args: usageArgs(cobra.NoArgs),
 		RunE: groupRunE,
 	}
-	cmd.AddCommand(newSaveCmd(g, "save FILE", "Save a consistent copy of a node's data to FILE (with a progress bar)", false),
+	cmd.AddCommand(newSaveCmd(g, "snapshot save", "Save a consistent copy of a node's data to FILE (with a progress bar)", false),
 		newSnapshotTakeCmd(g), newSnapshotStatusCmd(g), newSnapshotRestoreCmd(g))
 	return cmd
 }
 
 func newBackupCmd(g *globals) *cobra.Command {
-	return newSaveCmd(g, "backup FILE", "Back up a consistent copy of the leader's data to FILE", true)
+	return newSaveCmd(g, "backup", "Back up a consistent copy of the leader's data to FILE", true)
 }
 
-// newSaveCmd makes `snapshot save` and `backup`, which do the same.
-func newSaveCmd(g *globals, use, short string, printRestore bool) *cobra.Command {
+// snapshotTakeTimeout bounds `snapshot take` unless --timeout is set: a
+// snapshot of a large state machine takes longer than one request's
+// default timeout (about 10s at 2 GiB).
+const snapshotTakeTimeout = 10 * time.Minute
+
+// newSaveCmd makes `snapshot save` and `backup`, which do the same. path
+// is the command's path below cairn ("snapshot save").
+func newSaveCmd(g *globals, path, short string, printRestore bool) *cobra.Command {
 	var endpoint, progress string
+	name := path[strings.LastIndexByte(path, ' ')+1:]
 	cmd := &cobra.Command{
-		Use:   use,
+		Use:   name + " FILE",
 		Short: short,
 		Long: short + `. The copy is a checkpoint of one node's state machine at
 one raft index (the leader's, unless --endpoint names another node); it is
 written to FILE.part and renamed to FILE once complete and verified.
 
 ` + restoreHelp,
-		Example: `  cairn ` + use[:len(use)-len(" FILE")] + ` cairn-$(date +%F).backup
-  cairn ` + use[:len(use)-len(" FILE")] + ` node2.backup --endpoint 10.0.0.2:7379`,
+		Example: `  cairn ` + path + ` cairn-$(date +%F).backup
+  cairn ` + path + ` node2.backup --endpoint 10.0.0.2:7379`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			show, err := g.showProgress(progress)
@@ -77,11 +85,7 @@ written to FILE.part and renamed to FILE once complete and verified.
 			path := args[0]
 			return g.withClient(func(c *client.Client) error {
 				// A backup may take long: --timeout bounds it only if set.
-				ctx, cancel := context.WithTimeout(context.Background(), 24*time.Hour)
-				if g.flags.Changed("timeout") {
-					cancel()
-					ctx, cancel = g.ctx()
-				}
+				ctx, cancel := g.longCtx(24 * time.Hour)
 				defer cancel()
 				info, err := saveBackup(ctx, c, path, endpoint, show, g.stderr)
 				if err != nil {
@@ -191,17 +195,29 @@ func newSnapshotTakeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "take",
 		Short: "Make a node take a raft snapshot now (compacting its raft log)",
+		Long: `Make a node take a raft snapshot now (compacting its raft log) and print the
+raft index and term it covers. A snapshot of a large state machine takes a
+while (about 10s at 2 GiB): unless --timeout is set, the command waits up to
+10 minutes.`,
 		Example: `  cairn snapshot take
   cairn snapshot take --endpoint 10.0.0.2:7379`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withClient(func(c *client.Client) error {
-				ctx, cancel := g.ctx()
-				defer cancel()
 				var opts []client.Option
 				if endpoint != "" {
 					opts = append(opts, client.WithEndpoint(endpoint))
 				}
+				// A node that does not answer fails within --timeout,
+				// not after the snapshot's own, long, bound.
+				sctx, scancel := g.ctx()
+				_, err := c.Status(sctx, opts...)
+				scancel()
+				if err != nil {
+					return err
+				}
+				ctx, cancel := g.longCtx(snapshotTakeTimeout)
+				defer cancel()
 				index, term, err := c.Snapshot(ctx, opts...)
 				if err != nil {
 					return err
