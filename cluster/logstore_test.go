@@ -3,12 +3,16 @@ package cluster
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
@@ -215,4 +219,66 @@ func TestResolveLogStore(t *testing.T) {
 			t.Errorf("kind %q with %v: got %q, %v; want %q", tc.kind, tc.files, got, err, tc.want)
 		}
 	}
+}
+
+// TestUpgradeKeepsBoltDB: a data directory created with raft-boltdb (the
+// default before raft-wal) is reopened with the new default and keeps
+// using raft-boltdb: its raft state (term, log, configuration: the single
+// node elects itself without a new bootstrap) and its data survive. An
+// explicit raft-wal on it is refused before anything is created.
+func TestUpgradeKeepsBoltDB(t *testing.T) {
+	tc := newTestCluster(t)
+	cfg := testConfig(t, "n1")
+	cfg.BootstrapExpect = 1
+	cfg.RaftLogStore = LogStoreBoltDB
+	n := tc.start(cfg, nil)
+	tc.waitReady([]*Node{n}, 1)
+	for i := range 50 {
+		put(t, tc.kv(n), fmt.Sprintf("k%02d", i), "v")
+	}
+	term, lastIndex := raftTerm(t, n), n.raft.LastIndex()
+	if err := n.kill(); err != nil {
+		t.Fatal(err)
+	}
+	raftDir := filepath.Join(cfg.DataDir, raftDirName)
+
+	cfg = tc.cfgs["n1"]
+	cfg.BootstrapExpect = 0
+	cfg.RaftLogStore = LogStoreWAL
+	bad, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Start(); err == nil || !strings.Contains(err.Error(), "raft-boltdb") {
+		bad.kill()
+		t.Fatalf("starting with raft-wal on a raft-boltdb directory: %v, want an error naming raft-boltdb", err)
+	}
+
+	cfg.RaftLogStore = "" // the default
+	n = tc.start(cfg, nil)
+	tc.waitReady([]*Node{n}, 1)
+	if _, err := os.Stat(filepath.Join(raftDir, walDirName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a raft-wal directory appeared in a raft-boltdb data directory: %v", err)
+	}
+	if got := raftTerm(t, n); got < term {
+		t.Errorf("term %d after the upgrade, %d before", got, term)
+	}
+	if got := n.raft.LastIndex(); got <= lastIndex {
+		t.Errorf("last index %d after the upgrade and a new leader's entry, %d before", got, lastIndex)
+	}
+	for i := range 50 {
+		if r := get(t, tc.kv(n), fmt.Sprintf("k%02d", i), cairnpb.Consistency_LINEARIZABLE); string(r.GetKv().GetValue()) != "v" {
+			t.Fatalf("k%02d = %q after the upgrade", i, r.GetKv().GetValue())
+		}
+	}
+	put(t, tc.kv(n), "after", "v")
+}
+
+func raftTerm(t testing.TB, n *Node) uint64 {
+	t.Helper()
+	term, err := strconv.ParseUint(n.raft.Stats()["term"], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return term
 }
