@@ -22,12 +22,25 @@
 //
 // # Raft
 //
-// hashicorp/raft v1.7.3 with the log and stable store in raft-boltdb/v2
-// (bbolt opened with NoFreelistSync and the map freelist; otherwise the
-// freelist is rewritten on every commit and writes slow down as the file
-// ages) or, with Config.RaftLogStore = "wal", hashicorp/raft-wal v0.4.0;
-// either is wrapped in raft.NewLogCache(512) so replication does not read
-// back entries just written. MaxAppendEntries = 1024 and BatchApplyCh turn
+// hashicorp/raft v1.7.3 with the log and stable store in hashicorp/raft-wal
+// v0.4.0 (the default for a new data directory) or raft-boltdb/v2 (bbolt
+// opened with NoFreelistSync and the map freelist; otherwise the freelist
+// is rewritten on every commit and writes slow down as the file ages). A
+// data directory that already holds raft/raft.db keeps raft-boltdb unless
+// Config.RaftLogStore says otherwise, and then Start refuses it: the
+// formats are not converted. Either store is wrapped in
+// raft.NewLogCache(512) so replication does not read back entries just
+// written.
+//
+// Log compaction after a snapshot must not stall appends: raft-boltdb's
+// DeleteRange is one bbolt write transaction over the whole compacted
+// range, and bbolt has one writer, so cairn cuts it into transactions of
+// about 10ms (logstore.go). raft-wal commits a prefix truncation as one
+// small metadata transaction and removes whole segment files. raft-wal
+// recovers a torn tail by dropping the last unfinished batch (its commit
+// frame's CRC fails), which was never acknowledged to raft; its
+// DeleteRange supports only a prefix or a suffix of the log, which is all
+// raft asks for. MaxAppendEntries = 1024 and BatchApplyCh turn
 // concurrent writes into group commits, and the FSM is a BatchingFSM, so a
 // batch of entries is one engine write. Snapshots go to a FileSnapshotStore.
 //
@@ -116,7 +129,8 @@
 //	  LOCK               flock held while the node runs
 //	  node-id            the node's ID, checked on every start
 //	  gossip-peers       gossip addresses of the last known alive peers
-//	  raft/raft.db       raft-boltdb log and stable store (or raft/wal/)
+//	  raft/wal/          raft-wal log and stable store (segments, wal-meta.db)
+//	  raft/raft.db       or: raft-boltdb log and stable store
 //	  raft/snapshots/    raft's FileSnapshotStore (SST-checkpoint streams)
 //	  fsm/               the state machine: engine/, checkpoints (fsm/doc.go)
 package cluster
