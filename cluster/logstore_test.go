@@ -282,3 +282,61 @@ func raftTerm(t testing.TB, n *Node) uint64 {
 	}
 	return term
 }
+
+// TestWALTornTail checks what cairn relies on from raft-wal v0.4.0 on a
+// crash: a last batch torn by the crash (its bytes garbled, or never
+// written) is dropped on open, and every earlier batch is intact. That
+// batch was never acknowledged to raft: raft-wal syncs before StoreLogs
+// returns.
+func TestWALTornTail(t *testing.T) {
+	for _, tear := range []string{"garbled", "unwritten"} {
+		t.Run(tear, func(t *testing.T) {
+			dir := t.TempDir()
+			ls, _, closer, err := openLogStore(LogStoreWAL, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fillLog(t, ls, 1, 100, 200)
+			fillLog(t, ls, 101, 110, 200) // the batch the crash tears
+			closer.Close()
+
+			segs, err := filepath.Glob(filepath.Join(dir, walDirName, "*.wal"))
+			if err != nil || len(segs) != 1 {
+				t.Fatalf("segments %v, %v", segs, err)
+			}
+			b, err := os.ReadFile(segs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			end := len(b) // the file is preallocated: find the written end
+			for end > 0 && b[end-1] == 0 {
+				end--
+			}
+			const batchBytes = 10 * 200
+			switch tear {
+			case "garbled": // one byte inside the last batch's entries
+				b[end-batchBytes/2] ^= 0xff
+			case "unwritten": // its last sectors never reached the disk
+				clear(b[end-batchBytes/2 : end])
+			}
+			if err := os.WriteFile(segs[0], b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+
+			ls, _, closer, err = openLogStore(LogStoreWAL, dir)
+			if err != nil {
+				t.Fatalf("reopening after a torn tail: %v", err)
+			}
+			defer closer.Close()
+			checkRange(t, ls, 1, 100)
+			var e raft.Log
+			for i := uint64(1); i <= 100; i++ {
+				if err := ls.GetLog(i, &e); err != nil || len(e.Data) != 200 {
+					t.Fatalf("entry %d: %v", i, err)
+				}
+			}
+			fillLog(t, ls, 101, 101, 10) // appends continue where the log ends
+			checkRange(t, ls, 1, 101)
+		})
+	}
+}

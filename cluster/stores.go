@@ -150,11 +150,16 @@ func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer,
 		if err := os.MkdirAll(walDir, 0o755); err != nil {
 			return nil, nil, nil, fmt.Errorf("cluster: raft WAL: %w", err)
 		}
-		w, err := raftwal.Open(walDir)
+		// raft-wal's Close does not close its metadata database, whose
+		// flock would then make the next Open in this process wait
+		// forever (a node restarted in-process); so cairn owns it.
+		meta := &metadb.BoltMetaDB{}
+		w, err := raftwal.Open(walDir, raftwal.WithMetaStore(meta))
 		if err != nil {
+			meta.Close()
 			return nil, nil, nil, fmt.Errorf("cluster: opening raft WAL: %w", err)
 		}
-		return w, w, w, nil
+		return w, w, walCloser{w, meta}, nil
 	case LogStoreBoltDB:
 		path := filepath.Join(dir, boltFileName)
 		s, err := raftboltdb.New(raftboltdb.Options{
@@ -178,6 +183,20 @@ func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer,
 		return newTrimBatchingStore(s), s, s, nil
 	}
 	return nil, nil, nil, fmt.Errorf("%w: raft log store %q", ErrInvalidConfig, kind)
+}
+
+// walCloser closes a raft-wal log and then its metadata database.
+type walCloser struct {
+	w    *raftwal.WAL
+	meta *metadb.BoltMetaDB
+}
+
+func (c walCloser) Close() error {
+	err := c.w.Close()
+	if merr := c.meta.Close(); err == nil {
+		err = merr
+	}
+	return err
 }
 
 // restoreOnStart reports whether raft must restore its latest snapshot
