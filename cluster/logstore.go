@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	walfs "github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/segment"
+	"github.com/hashicorp/raft-wal/types"
 )
 
 // Log trimming in bounded batches.
@@ -38,7 +41,8 @@ import (
 // would either stall on large entries or crawl on small ones.
 //
 // raft-wal does not need this: its DeleteRange of a prefix commits one small
-// metadata transaction and removes whole segment files (see openLogStore).
+// metadata transaction and removes whole segment files, which
+// asyncDeleteFiler (below) moves out of the write lock.
 
 const (
 	trimBatchTarget = 10 * time.Millisecond
@@ -109,4 +113,74 @@ func (t *trimBatchingStore) DeleteRange(lo, hi uint64) error {
 	t.mu.batch = batch
 	t.mu.Unlock()
 	return nil
+}
+
+// asyncDeleteFiler is raft-wal's segment filer with Delete moved off the
+// caller's goroutine.
+//
+// raft-wal's DeleteRange of a log prefix commits the new first index to
+// its metadata database and then, still holding the WAL's write lock,
+// removes the segment files that fell out of the log. Each is a 64 MiB
+// file, and removing a dozen of them took a second on a busy disk (see
+// bench/RESULTS.md, 2026-12-01): every append waited that long. The
+// removal needs no lock: the metadata commit already dropped the segments
+// from the log, segment IDs are never reused, and a file left behind by a
+// crash is removed by the next Open (raft-wal deletes every segment file
+// its metadata does not name). So Delete hands the file to a goroutine.
+type asyncDeleteFiler struct {
+	types.SegmentFiler
+	mu struct {
+		sync.Mutex
+		queue   [][2]uint64 // (baseIndex, ID) waiting for the goroutine
+		closed  bool        // no goroutine: Delete runs inline
+		running bool        // the goroutine is draining queue
+	}
+	idle sync.WaitGroup // one per running drain goroutine
+}
+
+func newAsyncDeleteFiler(dir string) *asyncDeleteFiler {
+	return &asyncDeleteFiler{SegmentFiler: segment.NewFiler(dir, walfs.New())}
+}
+
+// Delete queues the removal of a segment file; it never fails (an error
+// is for the next Open's cleanup to retry, as raft-wal itself treats it).
+func (f *asyncDeleteFiler) Delete(baseIndex, id uint64) error {
+	f.mu.Lock()
+	if f.mu.closed {
+		f.mu.Unlock()
+		return f.SegmentFiler.Delete(baseIndex, id)
+	}
+	f.mu.queue = append(f.mu.queue, [2]uint64{baseIndex, id})
+	if !f.mu.running {
+		f.mu.running = true
+		f.idle.Add(1)
+		go f.drain()
+	}
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *asyncDeleteFiler) drain() {
+	defer f.idle.Done()
+	for {
+		f.mu.Lock()
+		if len(f.mu.queue) == 0 {
+			f.mu.running = false
+			f.mu.Unlock()
+			return
+		}
+		d := f.mu.queue[0]
+		f.mu.queue = f.mu.queue[1:]
+		f.mu.Unlock()
+		// An error leaves the file to the next Open's cleanup.
+		_ = f.SegmentFiler.Delete(d[0], d[1])
+	}
+}
+
+// Close waits for queued removals; later Deletes run inline.
+func (f *asyncDeleteFiler) Close() {
+	f.mu.Lock()
+	f.mu.closed = true
+	f.mu.Unlock()
+	f.idle.Wait()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/hashicorp/raft-wal/types"
 )
 
 var unbatched = flag.Bool("unbatched", false, "TestTrimDoesNotBlockAppend: delete with the bare store (it must fail)")
@@ -338,5 +340,54 @@ func TestWALTornTail(t *testing.T) {
 			fillLog(t, ls, 101, 101, 10) // appends continue where the log ends
 			checkRange(t, ls, 1, 101)
 		})
+	}
+}
+
+// blockingFiler is a segment filer whose Delete waits for release.
+type blockingFiler struct {
+	types.SegmentFiler
+	release chan struct{}
+	mu      sync.Mutex
+	deleted []uint64
+}
+
+func (f *blockingFiler) Delete(baseIndex, id uint64) error {
+	<-f.release
+	f.mu.Lock()
+	f.deleted = append(f.deleted, id)
+	f.mu.Unlock()
+	return nil
+}
+
+// TestAsyncDeleteFiler: removing a segment file does not hold up the
+// caller (raft-wal calls Delete with its write lock held); Close waits for
+// the queued removals, and a Delete after Close runs inline.
+func TestAsyncDeleteFiler(t *testing.T) {
+	bf := &blockingFiler{release: make(chan struct{})}
+	f := &asyncDeleteFiler{SegmentFiler: bf}
+	for id := uint64(1); id <= 3; id++ {
+		done := make(chan struct{})
+		go func() { f.Delete(id*100, id); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Delete waited for the file removal")
+		}
+	}
+	closed := make(chan struct{})
+	go func() { f.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned with removals pending")
+	case <-time.After(50 * time.Millisecond): // only delays a passing run
+	}
+	close(bf.release)
+	<-closed
+	if !slices.Equal(bf.deleted, []uint64{1, 2, 3}) {
+		t.Fatalf("deleted %v, want [1 2 3] in order", bf.deleted)
+	}
+	f.Delete(400, 4)
+	if !slices.Equal(bf.deleted, []uint64{1, 2, 3, 4}) {
+		t.Fatalf("a Delete after Close: deleted %v", bf.deleted)
 	}
 }

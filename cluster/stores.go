@@ -136,9 +136,9 @@ func exists(name string) (bool, error) {
 //
 // raft-boltdb's log is wrapped in a trimBatchingStore, so that log
 // compaction after a snapshot does not hold bbolt's single writer lock for
-// the whole compacted range (logstore.go). raft-wal is not: its prefix
-// DeleteRange is one small metadata transaction plus the removal of whole
-// segment files.
+// the whole compacted range; raft-wal removes the segment files that
+// compaction frees outside its write lock (asyncDeleteFiler). See
+// logstore.go.
 func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer, error) {
 	kind, err := resolveLogStore(kind, dir)
 	if err != nil {
@@ -154,12 +154,14 @@ func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer,
 		// flock would then make the next Open in this process wait
 		// forever (a node restarted in-process); so cairn owns it.
 		meta := &metadb.BoltMetaDB{}
-		w, err := raftwal.Open(walDir, raftwal.WithMetaStore(meta))
+		sf := newAsyncDeleteFiler(walDir)
+		w, err := raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithSegmentFiler(sf))
 		if err != nil {
+			sf.Close()
 			meta.Close()
 			return nil, nil, nil, fmt.Errorf("cluster: opening raft WAL: %w", err)
 		}
-		return w, w, walCloser{w, meta}, nil
+		return w, w, walCloser{w, meta, sf}, nil
 	case LogStoreBoltDB:
 		path := filepath.Join(dir, boltFileName)
 		s, err := raftboltdb.New(raftboltdb.Options{
@@ -185,14 +187,17 @@ func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer,
 	return nil, nil, nil, fmt.Errorf("%w: raft log store %q", ErrInvalidConfig, kind)
 }
 
-// walCloser closes a raft-wal log and then its metadata database.
+// walCloser closes a raft-wal log, waits for its queued segment removals,
+// and closes its metadata database.
 type walCloser struct {
 	w    *raftwal.WAL
 	meta *metadb.BoltMetaDB
+	sf   *asyncDeleteFiler
 }
 
 func (c walCloser) Close() error {
 	err := c.w.Close()
+	c.sf.Close()
 	if merr := c.meta.Close(); err == nil {
 		err = merr
 	}
