@@ -36,11 +36,14 @@
 // DeleteRange is one bbolt write transaction over the whole compacted
 // range, and bbolt has one writer, so cairn cuts it into transactions of
 // about 10ms (logstore.go). raft-wal commits a prefix truncation as one
-// small metadata transaction and removes whole segment files. raft-wal
+// small metadata transaction and removes whole segment files, which cairn
+// moves off its write lock (they took a second for 1 GiB of log). raft-wal
 // recovers a torn tail by dropping the last unfinished batch (its commit
 // frame's CRC fails), which was never acknowledged to raft; its
 // DeleteRange supports only a prefix or a suffix of the log, which is all
-// raft asks for. MaxAppendEntries = 1024 and BatchApplyCh turn
+// raft asks for. Its Close leaves its metadata database open, so cairn
+// opens and closes that itself (otherwise an in-process restart waits
+// forever on the file lock). MaxAppendEntries = 1024 and BatchApplyCh turn
 // concurrent writes into group commits, and the FSM is a BatchingFSM, so a
 // batch of entries is one engine write. Snapshots go to a FileSnapshotStore.
 //
