@@ -43,7 +43,10 @@
 // DeleteRange supports only a prefix or a suffix of the log, which is all
 // raft asks for. Its Close leaves its metadata database open, so cairn
 // opens and closes that itself (otherwise an in-process restart waits
-// forever on the file lock). MaxAppendEntries = 1024 and BatchApplyCh turn
+// forever on the file lock). raft-wal still serves entries below its first
+// index while they sit in its open segment, so a follower that fell behind
+// a compaction may catch up from the log instead of a snapshot: correct,
+// as committed entries never change. MaxAppendEntries = 1024 and BatchApplyCh turn
 // concurrent writes into group commits, and the FSM is a BatchingFSM, so a
 // batch of entries is one engine write. Snapshots go to a FileSnapshotStore.
 //

@@ -131,8 +131,7 @@ func exists(name string) (bool, error) {
 }
 
 // openLogStore opens the raft log and stable store of the configured kind
-// in dir, as resolveLogStore decides. The returned
-// closer closes it.
+// in dir, as resolveLogStore decides. The returned closer closes it.
 //
 // raft-boltdb's log is wrapped in a trimBatchingStore, so that log
 // compaction after a snapshot does not hold bbolt's single writer lock for
