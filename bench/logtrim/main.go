@@ -47,7 +47,9 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 var (
@@ -217,6 +219,7 @@ func measure(store string, valueSize int, threshold uint64, sink *sink) (*result
 		value[i] = byte('a' + i%26)
 	}
 	var stop atomic.Bool
+	var retries atomic.Int64
 	var wg sync.WaitGroup
 	samples := make([][]putSample, *clients)
 	errs := make([]error, *clients)
@@ -228,17 +231,26 @@ func measure(store string, valueSize int, threshold uint64, sink *sink) (*result
 			rng := rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano())))
 			for !stop.Load() {
 				k := fmt.Appendf(nil, "key-%08d", rng.IntN(*numKeys))
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				t0 := time.Now()
-				_, err := kv.Put(ctx, &cairnpb.PutRequest{Key: k, Value: value})
-				lat := time.Since(t0)
-				cancel()
-				if err != nil {
-					errs[i] = err
-					stop.Store(true)
-					return
+				// A put that fails with Unavailable (a leader change: the
+				// node forwards to the next leader) is retried; its
+				// latency counts from the first attempt.
+				for attempt := 0; ; attempt++ {
+					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+					_, err := kv.Put(ctx, &cairnpb.PutRequest{Key: k, Value: value})
+					cancel()
+					if err == nil {
+						break
+					}
+					if status.Code(err) != codes.Unavailable || attempt == 20 {
+						errs[i] = err
+						stop.Store(true)
+						return
+					}
+					retries.Add(1)
+					time.Sleep(50 * time.Millisecond)
 				}
-				samples[i] = append(samples[i], putSample{t0, lat})
+				samples[i] = append(samples[i], putSample{t0, time.Since(t0)})
 			}
 		}()
 	}
@@ -270,6 +282,9 @@ wait:
 		if err != nil {
 			return nil, err
 		}
+	}
+	if n := retries.Load(); n > 0 {
+		fmt.Fprintf(os.Stderr, "%s: %d puts retried after Unavailable (leader changes)\n", store, n)
 	}
 	r := &result{elapsed: elapsed, valueSize: valueSize, trims: sink.trims()}
 	for _, s := range samples {
