@@ -24,12 +24,23 @@ const (
 
 // Raft log store implementations (Config.RaftLogStore).
 const (
-	// LogStoreBoltDB is github.com/hashicorp/raft-boltdb/v2 (the default),
-	// opened with bbolt's NoFreelistSync and map freelist.
+	// LogStoreBoltDB is github.com/hashicorp/raft-boltdb/v2, opened with
+	// bbolt's NoFreelistSync and map freelist, its log compaction cut into
+	// short transactions (logstore.go). It was the default before raft-wal
+	// and stays the store of data directories created then.
 	LogStoreBoltDB = "boltdb"
 	// LogStoreWAL is github.com/hashicorp/raft-wal: segment files, faster
-	// than bbolt and without its ageing.
+	// than bbolt and without its ageing; log compaction drops whole
+	// segment files. The default for a new data directory.
 	LogStoreWAL = "wal"
+)
+
+// Defaults of the raft snapshot settings (raft's own defaults).
+const (
+	DefaultSnapshotInterval  = 120 * time.Second
+	DefaultSnapshotThreshold = 8192
+	DefaultTrailingLogs      = 10240
+	DefaultSnapshotRetain    = 2
 )
 
 // ErrInvalidConfig is wrapped by every error about a Config.
@@ -68,7 +79,11 @@ type Config struct {
 	// it. A node with raft state never bootstraps again.
 	BootstrapExpect int
 
-	// RaftLogStore is LogStoreBoltDB (default) or LogStoreWAL.
+	// RaftLogStore is LogStoreWAL or LogStoreBoltDB. Empty (the default)
+	// means LogStoreBoltDB if DataDir already holds a raft-boltdb log
+	// (raft/raft.db) and LogStoreWAL otherwise. A store that contradicts
+	// the log already in DataDir fails Start: the two formats are not
+	// converted into each other.
 	RaftLogStore string
 	// MaxValueSize is the largest value a write may carry; default
 	// cairnpb.DefaultMaxValueSize. Every node of a cluster must use the
@@ -80,12 +95,21 @@ type Config struct {
 	// Raft timings; zero means raft's defaults (HeartbeatTimeout and
 	// ElectionTimeout 1s, LeaderLeaseTimeout 500ms, CommitTimeout 50ms).
 	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout, CommitTimeout time.Duration
-	// SnapshotInterval, SnapshotThreshold and TrailingLogs control raft
-	// snapshots; zero means raft's defaults (120s, 8192, 10240).
-	SnapshotInterval  time.Duration
+	// SnapshotInterval is how often raft checks whether to snapshot
+	// (jittered: each wait is random in [interval, 2×interval)); at least
+	// 5ms; default DefaultSnapshotInterval.
+	SnapshotInterval time.Duration
+	// SnapshotThreshold is how many log entries since the last snapshot
+	// make the next check take one; default DefaultSnapshotThreshold.
 	SnapshotThreshold uint64
-	TrailingLogs      uint64
-	// SnapshotRetain is how many raft snapshots are kept; default 2.
+	// TrailingLogs is how many entries a snapshot leaves in the log, so a
+	// follower that is slightly behind catches up from the log rather
+	// than from a snapshot; default DefaultTrailingLogs. The log is
+	// trimmed to these after each snapshot, so it holds at most about
+	// SnapshotThreshold + TrailingLogs entries while snapshots keep up.
+	TrailingLogs uint64
+	// SnapshotRetain is how many raft snapshots are kept on disk (at
+	// least 1); default DefaultSnapshotRetain.
 	SnapshotRetain int
 
 	// RequestTimeout bounds a request that arrives without a deadline;
@@ -162,7 +186,6 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.GRPCAddr, DefaultGRPCAddr)
 	def(&c.RaftAddr, DefaultRaftAddr)
 	def(&c.GossipAddr, DefaultGossipAddr)
-	def(&c.RaftLogStore, LogStoreBoltDB)
 	for _, a := range []struct{ what, addr string }{
 		{"gRPC address", c.GRPCAddr}, {"raft address", c.RaftAddr}, {"gossip address", c.GossipAddr},
 	} {
@@ -192,7 +215,7 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("bootstrap-expect %d < 0", c.BootstrapExpect)
 	}
 	switch c.RaftLogStore {
-	case LogStoreBoltDB, LogStoreWAL:
+	case "", LogStoreBoltDB, LogStoreWAL:
 	default:
 		return bad("raft log store %q: use %q or %q", c.RaftLogStore, LogStoreBoltDB, LogStoreWAL)
 	}
@@ -203,7 +226,22 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("max value size %d < 0", c.MaxValueSize)
 	}
 	if c.SnapshotRetain == 0 {
-		c.SnapshotRetain = 2
+		c.SnapshotRetain = DefaultSnapshotRetain
+	}
+	if c.SnapshotRetain < 0 {
+		return bad("snapshot retain %d: keep at least 1 snapshot", c.SnapshotRetain)
+	}
+	if c.SnapshotInterval == 0 {
+		c.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if c.SnapshotInterval > 0 && c.SnapshotInterval < 5*time.Millisecond {
+		return bad("snapshot interval %v < 5ms", c.SnapshotInterval)
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = DefaultSnapshotThreshold
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = DefaultTrailingLogs
 	}
 	defDur := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -254,13 +292,10 @@ func (c *Config) raftConfig() *raft.Config {
 	set(&rc.ElectionTimeout, c.ElectionTimeout)
 	set(&rc.LeaderLeaseTimeout, c.LeaderLeaseTimeout)
 	set(&rc.CommitTimeout, c.CommitTimeout)
-	set(&rc.SnapshotInterval, c.SnapshotInterval)
-	if c.SnapshotThreshold > 0 {
-		rc.SnapshotThreshold = c.SnapshotThreshold
-	}
-	if c.TrailingLogs > 0 {
-		rc.TrailingLogs = c.TrailingLogs
-	}
+	// withDefaults filled in the snapshot settings.
+	rc.SnapshotInterval = c.SnapshotInterval
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.TrailingLogs = c.TrailingLogs
 	// Group commit: the leader batches up to MaxAppendEntries entries per
 	// disk write and per AppendEntries, and BatchApplyCh lets a burst of
 	// Apply calls reach it as one batch.

@@ -22,12 +22,31 @@
 //
 // # Raft
 //
-// hashicorp/raft v1.7.3 with the log and stable store in raft-boltdb/v2
-// (bbolt opened with NoFreelistSync and the map freelist; otherwise the
-// freelist is rewritten on every commit and writes slow down as the file
-// ages) or, with Config.RaftLogStore = "wal", hashicorp/raft-wal v0.4.0;
-// either is wrapped in raft.NewLogCache(512) so replication does not read
-// back entries just written. MaxAppendEntries = 1024 and BatchApplyCh turn
+// hashicorp/raft v1.7.3 with the log and stable store in hashicorp/raft-wal
+// v0.4.0 (the default for a new data directory) or raft-boltdb/v2 (bbolt
+// opened with NoFreelistSync and the map freelist; otherwise the freelist
+// is rewritten on every commit and writes slow down as the file ages). A
+// data directory that already holds raft/raft.db keeps raft-boltdb unless
+// Config.RaftLogStore says otherwise, and then Start refuses it: the
+// formats are not converted. Either store is wrapped in
+// raft.NewLogCache(512) so replication does not read back entries just
+// written.
+//
+// Log compaction after a snapshot must not stall appends: raft-boltdb's
+// DeleteRange is one bbolt write transaction over the whole compacted
+// range, and bbolt has one writer, so cairn cuts it into transactions of
+// about 10ms (logstore.go). raft-wal commits a prefix truncation as one
+// small metadata transaction and removes whole segment files, which cairn
+// moves off its write lock (they took a second for 1 GiB of log). raft-wal
+// recovers a torn tail by dropping the last unfinished batch (its commit
+// frame's CRC fails), which was never acknowledged to raft; its
+// DeleteRange supports only a prefix or a suffix of the log, which is all
+// raft asks for. Its Close leaves its metadata database open, so cairn
+// opens and closes that itself (otherwise an in-process restart waits
+// forever on the file lock). raft-wal still serves entries below its first
+// index while they sit in its open segment, so a follower that fell behind
+// a compaction may catch up from the log instead of a snapshot: correct,
+// as committed entries never change. MaxAppendEntries = 1024 and BatchApplyCh turn
 // concurrent writes into group commits, and the FSM is a BatchingFSM, so a
 // batch of entries is one engine write. Snapshots go to cairn's own store,
 // fsm/snapstore (DataDir/snapshots): a snapshot is the FSM's checkpoint
@@ -145,7 +164,8 @@
 //	  node-id            the node's ID, checked on every start
 //	  gossip-peers       gossip addresses of the last known alive peers
 //	  seed-incomplete    present while `cairn-node restore` runs (Start refuses)
-//	  raft/raft.db       raft-boltdb log and stable store (or raft/wal/)
+//	  raft/wal/          raft-wal log and stable store (segments, wal-meta.db)
+//	  raft/raft.db       or: raft-boltdb log and stable store
 //	  raft/snapshots/    raft's FileSnapshotStore of older versions (imported, then removed)
 //	  snapshots/         the snapshot store: <id>/{meta.json, head, engine/} (fsm/snapstore)
 //	  fsm/               the state machine: engine/, checkpoints (fsm/doc.go)

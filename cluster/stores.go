@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	raftwal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
 	"go.etcd.io/bbolt"
 )
 
@@ -89,21 +90,83 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// openLogStore opens the configured raft log and stable store in dir. The
-// returned closer closes it.
+// resolveLogStore returns the log store to open in the raft directory dir
+// for the configured kind: "" (the default) keeps using raft-boltdb for a
+// directory that already has raft/raft.db (a node created before raft-wal
+// became the default) and picks raft-wal otherwise. An explicit kind that
+// contradicts the log already in dir is an error: opening the other store
+// would start the node with an empty raft log, term and vote, which a
+// member of a cluster must never do.
+func resolveLogStore(kind, dir string) (string, error) {
+	hasBolt, err := exists(filepath.Join(dir, boltFileName))
+	if err != nil {
+		return "", err
+	}
+	hasWAL, err := exists(filepath.Join(dir, walDirName, metadb.FileName))
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case hasBolt && hasWAL:
+		return "", fmt.Errorf("cluster: %s holds both a raft-boltdb log (%s) and a raft-wal log (%s/): remove the one not in use",
+			dir, boltFileName, walDirName)
+	case kind == "" && hasBolt:
+		return LogStoreBoltDB, nil
+	case kind == "":
+		return LogStoreWAL, nil
+	case kind == LogStoreWAL && hasBolt:
+		return "", fmt.Errorf("cluster: %s holds a raft-boltdb log (%s): open it with raft log store %q (or leave the store unset)",
+			dir, boltFileName, LogStoreBoltDB)
+	case kind == LogStoreBoltDB && hasWAL:
+		return "", fmt.Errorf("cluster: %s holds a raft-wal log (%s/): open it with raft log store %q (or leave the store unset)",
+			dir, walDirName, LogStoreWAL)
+	}
+	return kind, nil
+}
+
+func exists(name string) (bool, error) {
+	_, err := os.Stat(name)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil
+	}
+	return false, fmt.Errorf("cluster: %w", err)
+}
+
+// openLogStore opens the raft log and stable store of the configured kind
+// in dir, as resolveLogStore decides. The returned closer closes it.
+//
+// raft-boltdb's log is wrapped in a trimBatchingStore, so that log
+// compaction after a snapshot does not hold bbolt's single writer lock for
+// the whole compacted range; raft-wal removes the segment files that
+// compaction frees outside its write lock (asyncDeleteFiler). See
+// logstore.go.
 func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer, error) {
+	kind, err := resolveLogStore(kind, dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	switch kind {
 	case LogStoreWAL:
 		walDir := filepath.Join(dir, walDirName)
 		if err := os.MkdirAll(walDir, 0o755); err != nil {
 			return nil, nil, nil, fmt.Errorf("cluster: raft WAL: %w", err)
 		}
-		w, err := raftwal.Open(walDir)
+		// raft-wal's Close does not close its metadata database, whose
+		// flock would then make the next Open in this process wait
+		// forever (a node restarted in-process); so cairn owns it.
+		meta := &metadb.BoltMetaDB{}
+		sf := newAsyncDeleteFiler(walDir)
+		w, err := raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithSegmentFiler(sf))
 		if err != nil {
+			sf.Close()
+			meta.Close()
 			return nil, nil, nil, fmt.Errorf("cluster: opening raft WAL: %w", err)
 		}
-		return w, w, w, nil
-	default:
+		return w, w, walCloser{w, meta, sf}, nil
+	case LogStoreBoltDB:
 		path := filepath.Join(dir, boltFileName)
 		s, err := raftboltdb.New(raftboltdb.Options{
 			Path: path,
@@ -123,8 +186,26 @@ func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer,
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("cluster: opening raft log %s: %w", path, err)
 		}
-		return s, s, s, nil
+		return newTrimBatchingStore(s), s, s, nil
 	}
+	return nil, nil, nil, fmt.Errorf("%w: raft log store %q", ErrInvalidConfig, kind)
+}
+
+// walCloser closes a raft-wal log, waits for its queued segment removals,
+// and closes its metadata database.
+type walCloser struct {
+	w    *raftwal.WAL
+	meta *metadb.BoltMetaDB
+	sf   *asyncDeleteFiler
+}
+
+func (c walCloser) Close() error {
+	err := c.w.Close()
+	c.sf.Close()
+	if merr := c.meta.Close(); err == nil {
+		err = merr
+	}
+	return err
 }
 
 // openSnapshotStore opens cairn's snapshot store (fsm/snapstore) in

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/cluster"
@@ -27,12 +28,12 @@ type options struct {
 	advGRPCAddr, advRaftAddr, advGossipAddr string
 	join                                    listFlag
 	bootstrapExpect                         int
-	raftLogStore                            string
 	gossipKey                               string
 	nonVoter                                bool
 	maxValueSize, memtableSize, cacheSize   sizeFlag
 	logLevel                                string
 	configFile                              string
+	raftStorage                             raftStorageFlags
 	fs                                      *flag.FlagSet
 	explicitlySet                           map[string]bool // flags the command line or the file set
 }
@@ -50,7 +51,6 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.advGossipAddr, "advertise-gossip-addr", "", "gossip address other nodes dial (default: the listen address)")
 	fs.Var(&o.join, "join", "comma-separated gossip addresses of nodes to join")
 	fs.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "form a new cluster once this many servers are seen (default 1 without --join, 0 with it: join an existing cluster)")
-	fs.StringVar(&o.raftLogStore, "raft-log-store", cluster.LogStoreBoltDB, "raft log store: boltdb or wal")
 	fs.StringVar(&o.gossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) encrypting gossip; the same on every node (recommended: memberlist v0.6 lacks v0.7's malformed-packet hardening)")
 	fs.BoolVar(&o.nonVoter, "non-voter", false, "stay a non-voting member (a read replica)")
 	o.maxValueSize = sizeFlag(cairnpb.DefaultMaxValueSize)
@@ -61,6 +61,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.Var(&o.cacheSize, "cache-size", "engine block cache size, e.g. 1GiB")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.configFile, "config", "", "JSON file of flag values (keys are flag names; command-line flags win)")
+	o.raftStorage.register(fs)
 	fs.Usage = func() {} // errors are reported in one line; -h prints printUsage
 	return fs
 }
@@ -175,7 +176,10 @@ func (o *options) clusterConfig(stderr io.Writer) (cluster.Config, error) {
 		gossipKey = k
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	return cluster.Config{
+	if err := o.raftStorage.check(); err != nil {
+		return cluster.Config{}, err
+	}
+	cfg := cluster.Config{
 		GossipKey:           gossipKey,
 		ID:                  id,
 		DataDir:             o.dataDir,
@@ -187,7 +191,6 @@ func (o *options) clusterConfig(stderr io.Writer) (cluster.Config, error) {
 		AdvertiseGossipAddr: o.advGossipAddr,
 		Join:                o.join,
 		BootstrapExpect:     expect,
-		RaftLogStore:        o.raftLogStore,
 		NonVoter:            o.nonVoter,
 		MaxValueSize:        int(o.maxValueSize),
 		Engine: &lsm.Options{
@@ -196,7 +199,53 @@ func (o *options) clusterConfig(stderr io.Writer) (cluster.Config, error) {
 		},
 		Logger:       logger,
 		RaftLogLevel: max(level, slog.LevelInfo),
-	}, nil
+	}
+	o.raftStorage.apply(&cfg)
+	return cfg, nil
+}
+
+// raftStorageFlags are the flags of the raft log store and of raft
+// snapshots and log compaction (cluster.Config's RaftLogStore and
+// Snapshot* fields).
+type raftStorageFlags struct {
+	logStore          string
+	snapshotThreshold uint64
+	snapshotInterval  time.Duration
+	trailingLogs      uint64
+	snapshotRetain    int
+}
+
+func (r *raftStorageFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&r.logStore, "raft-log-store", "", "raft log store: wal or boltdb (default: boltdb for a data directory that already has raft/raft.db, else wal)")
+	fs.Uint64Var(&r.snapshotThreshold, "raft-snapshot-threshold", cluster.DefaultSnapshotThreshold, "take a raft snapshot once this many log entries were written since the last one")
+	fs.DurationVar(&r.snapshotInterval, "raft-snapshot-interval", cluster.DefaultSnapshotInterval, "how often raft checks the snapshot threshold (each wait is random between this and twice this); at least 5ms")
+	fs.Uint64Var(&r.trailingLogs, "raft-trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot, so a follower slightly behind catches up from the log instead of a snapshot")
+	fs.IntVar(&r.snapshotRetain, "raft-snapshot-retain", cluster.DefaultSnapshotRetain, "raft snapshots kept on disk (at least 1)")
+}
+
+// check reports the first bad value, naming its flag.
+func (r *raftStorageFlags) check() error {
+	switch {
+	case r.logStore != "" && r.logStore != cluster.LogStoreWAL && r.logStore != cluster.LogStoreBoltDB:
+		return fmt.Errorf("--raft-log-store %q: unknown raft log store (use %s or %s)", r.logStore, cluster.LogStoreWAL, cluster.LogStoreBoltDB)
+	case r.snapshotThreshold == 0:
+		return fmt.Errorf("--raft-snapshot-threshold 0: must be at least 1")
+	case r.snapshotInterval < 5*time.Millisecond:
+		return fmt.Errorf("--raft-snapshot-interval %v: must be at least 5ms", r.snapshotInterval)
+	case r.trailingLogs == 0:
+		return fmt.Errorf("--raft-trailing-logs 0: must be at least 1")
+	case r.snapshotRetain < 1:
+		return fmt.Errorf("--raft-snapshot-retain %d: must keep at least 1 snapshot", r.snapshotRetain)
+	}
+	return nil
+}
+
+func (r *raftStorageFlags) apply(c *cluster.Config) {
+	c.RaftLogStore = r.logStore
+	c.SnapshotThreshold = r.snapshotThreshold
+	c.SnapshotInterval = r.snapshotInterval
+	c.TrailingLogs = r.trailingLogs
+	c.SnapshotRetain = r.snapshotRetain
 }
 
 // listFlag is a comma-separated list; repeating the flag appends.
