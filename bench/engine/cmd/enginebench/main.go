@@ -70,6 +70,7 @@ func main() {
 	benchmarks := flag.String("benchmarks", "", "dbbench --benchmarks (empty: dbbench's default list)")
 	pebbleVS := flag.Bool("pebble-vs", true, "in the large shape, also run pebble with value separation (engine pebble-vs)")
 	cairnBlob := flag.Int64("cairn-min-blob-size", 0, "dbbench --cairn-min-blob-size for cairn in the large shape (0: not passed)")
+	memScale := flag.Float64("memory-scale", 1, "multiplies the 64 MiB block cache and memtable of every engine (to keep data/memtable as at full size when --scale < 1)")
 	bin := flag.String("dbbench", "", "dbbench binary (empty: go build ./cmd/dbbench into a temporary directory)")
 	out := flag.String("out", "", "also write the markdown report to this file")
 	raw := flag.String("raw", "", "save every child's report (JSON) to this file")
@@ -115,6 +116,12 @@ func main() {
 		}
 		if *benchmarks != "" {
 			common = append(common, "--benchmarks="+*benchmarks)
+		}
+		if *memScale != 1 {
+			def := dbbench.DefaultConfig()
+			common = append(common,
+				fmt.Sprintf("--cache-size=%d", int64(float64(def.CacheBytes)**memScale)),
+				fmt.Sprintf("--memtable-size=%d", int64(float64(def.MemTableBytes)**memScale)))
 		}
 		for round := 1; round <= *rounds; round++ {
 			for _, sh := range s.Shapes {
