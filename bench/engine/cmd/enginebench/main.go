@@ -138,6 +138,9 @@ func main() {
 			}
 		}
 		s.Machine += "; at end: " + loadAvg()
+		if *raw != "" {
+			writeJSON(*raw, &s)
+		}
 	}
 	var md bytes.Buffer
 	report(&md, &s)

@@ -19,6 +19,7 @@ func plotRatios(path string, s *saved) error {
 	p.Y.Label.Text = "log2(ratio)"
 	var labels []string
 	var bars []plot.Plotter
+	lo, hi := -1.0, 1.0
 	w := vg.Points(10)
 	for si, sh := range s.Shapes {
 		rows := throughputRows(benchNames(s, sh))
@@ -45,7 +46,9 @@ func plotRatios(path string, s *saved) error {
 			if rat <= 0 {
 				rat = 1
 			}
-			vals = append(vals, math.Log2(rat))
+			l := math.Log2(rat)
+			lo, hi = math.Min(lo, l), math.Max(hi, l)
+			vals = append(vals, l)
 			ls = append(ls, strings.TrimSuffix(rw.label, ", ops/s"))
 		}
 		if len(vals) == 0 {
@@ -65,6 +68,7 @@ func plotRatios(path string, s *saved) error {
 		}
 	}
 	p.Add(bars...)
+	p.Y.Min, p.Y.Max = math.Floor(lo)-0.5, math.Ceil(hi)+0.5 // room for the legend
 	p.Add(plotter.NewGrid())
 	p.NominalX(labels...)
 	p.X.Tick.Label.Rotation = math.Pi / 3
