@@ -26,7 +26,7 @@ bench:
 # table of medians goes to stdout and bench/engine/enginebench.md, the raw
 # reports to enginebench.json, a chart of the ratios to enginebench.png.
 # A full run (scale 1) takes well over an hour on 2 cores; ENGINE_SCALE=0.25
-# about 15-20 minutes.
+# about 30 minutes (27 on the loaded 2-core machine, 2026-12-01).
 ENGINE_ROUNDS ?= 3
 ENGINE_SCALE ?= 1
 ENGINE_ARGS ?=
