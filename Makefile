@@ -1,7 +1,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: build test testrace lint bench fuzz generate clean
+.PHONY: build test testrace lint bench bench-engine fuzz generate clean
 
 build:
 	$(GO) build $(PKGS)
@@ -20,6 +20,19 @@ lint:
 # Unit benchmarks of the engine's parts; figures go to bench/RESULTS.md.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./lsm/...
+
+# cairn side by side with Pebble, Badger and goleveldb (its own module,
+# bench/engine): one process per engine per round, interleaved; a markdown
+# table of medians goes to stdout and bench/engine/enginebench.md, the raw
+# reports to enginebench.json, a chart of the ratios to enginebench.png.
+# A full run (scale 1) takes well over an hour on 2 cores; ENGINE_SCALE=0.25
+# about 30 minutes (27 on the loaded 2-core machine, 2026-12-01).
+ENGINE_ROUNDS ?= 3
+ENGINE_SCALE ?= 1
+ENGINE_ARGS ?=
+bench-engine:
+	cd bench/engine && $(GO) run ./cmd/enginebench --rounds $(ENGINE_ROUNDS) --scale $(ENGINE_SCALE) \
+	  --out enginebench.md --raw enginebench.json --png enginebench.png --logdir logs $(ENGINE_ARGS)
 
 # Short fuzzing runs of every fuzz target (the seed corpora also run in `make test`).
 FUZZTIME ?= 30s

@@ -1,0 +1,83 @@
+// Command dbbench runs db_bench-style workloads against one storage engine
+// in this process:
+//
+//	go run ./cmd/dbbench --engine cairn|pebble|badger|goleveldb \
+//	    --benchmarks fillseq,fillrandom,... --num N --value-size V [--json]
+//
+// Without --benchmarks it runs dbbench.DefaultBenchmarks. With --json it
+// prints one JSON report (dbbench.Report) on stdout and the db_bench-style
+// lines on stderr. See package dbbench for the workloads and their checks,
+// and cmd/enginebench for the interleaved comparison.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cairnkv/cairn/bench/engine/dbbench"
+)
+
+func main() {
+	def := dbbench.DefaultConfig()
+	engine := flag.String("engine", "cairn", "engine: "+strings.Join(dbbench.Engines(), ", "))
+	benchmarks := flag.String("benchmarks", strings.Join(dbbench.DefaultBenchmarks, ","), "comma-separated benchmarks, run in order")
+	num := flag.Int("num", 1000000, "keys written by a fill")
+	reads := flag.Int("reads", 0, "operations of each read benchmark (0: --num)")
+	syncNum := flag.Int("sync-num", 0, "writes of fillsync (0: num/100)")
+	valueSize := flag.Int("value-size", 100, "value size in bytes")
+	dbDir := flag.String("db", "", "DB directory, deleted at the end (default: a new directory under $TMPDIR)")
+	seed := flag.Uint64("seed", 0, "workload seed (0: from the clock)")
+	asJSON := flag.Bool("json", false, "print a JSON report on stdout (the text lines go to stderr)")
+	flag.Int64Var(&def.CacheBytes, "cache-size", def.CacheBytes, "block cache bytes")
+	flag.Int64Var(&def.MemTableBytes, "memtable-size", def.MemTableBytes, "memtable bytes")
+	flag.Float64Var(&def.BloomBitsKey, "bloom-bits", def.BloomBitsKey, "Bloom filter bits per key")
+	flag.Int64Var(&def.BadgerValueThreshold, "badger-value-threshold", 0, "Badger ValueThreshold (0: Badger's default)")
+	flag.IntVar(&def.PebbleValueSepMin, "pebble-value-sep-min", 0, "Pebble value separation for values >= this size (0: off)")
+	flag.Int64Var(&def.CairnMinBlobSize, "cairn-min-blob-size", 0, "cairn lsm.Options.MinBlobSize (0: engine default; needs an engine that has the field)")
+	flag.Parse()
+
+	if *seed == 0 {
+		*seed = uint64(time.Now().UnixNano())
+	}
+	dir := *dbDir
+	if dir == "" {
+		parent, err := os.MkdirTemp("", "dbbench-"+*engine+"-")
+		if err != nil {
+			fail(err)
+		}
+		defer os.RemoveAll(parent)
+		dir = filepath.Join(parent, "db")
+	}
+	log := os.Stdout
+	if *asJSON {
+		log = os.Stderr
+	}
+	fmt.Fprintf(log, "engine %s, keys %d B, values %d B (incompressible), num %d, seed %d, dir %s\n",
+		*engine, dbbench.KeySize, *valueSize, *num, *seed, dir)
+	rep, err := dbbench.Run(dbbench.Options{
+		Engine: *engine, Dir: dir, Num: *num, Reads: *reads, SyncNum: *syncNum, ValueSize: *valueSize,
+		Benchmarks: strings.Split(*benchmarks, ","), Config: def, Seed: *seed, Log: log,
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		fail(err)
+	}
+	fmt.Fprintf(log, "settings: %s\nversions: %v\ndisk writes: %s\n", strings.Join(rep.Settings, "; "), rep.Versions, rep.WriteBytesSource)
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fail(err)
+		}
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "dbbench:", err)
+	os.Exit(1)
+}
