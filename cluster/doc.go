@@ -94,7 +94,9 @@
 // Requests fail with gRPC statuses: InvalidArgument (bad request);
 // Unavailable with a cairnpb.NotLeader detail (no leader known, leadership
 // lost during the request, the hop limit, a halted or closed state
-// machine); DeadlineExceeded (the request's deadline, raft's enqueue
+// machine); Unavailable without a detail for a leadership transfer that did
+// not happen (raft's transfer timed out, or another was in progress:
+// leadership stayed where it was, and a retry may succeed); DeadlineExceeded (the request's deadline, raft's enqueue
 // timeout); ResourceExhausted (a message over the size limit; a write whose
 // deadline passed while committed entries waited for a stalled engine);
 // AlreadyExists (a duplicate of an applied write whose result the session

@@ -114,9 +114,30 @@ func (n *Node) transferLeadership(ctx context.Context, id string) error {
 		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
 	}
 	if err := waitFuture(ctx, f); err != nil {
-		return err
+		return transferError(err, id)
 	}
 	_, err := n.WaitLeader(ctx)
+	return err
+}
+
+// transferError classifies the error of raft's leadership transfer to
+// target ("" for raft's choice). Two outcomes leave leadership where it was
+// and are worth retrying, so they wrap errTransferNotDone (Unavailable):
+// raft's transfer timed out (the target did not win an election within
+// ElectionTimeout of being told to start one, say on a loaded machine; raft
+// v1.7.3 reports this as an unexported "leadership transfer timeout"), or
+// another transfer was already in progress. The rest pass through.
+func transferError(err error, target string) error {
+	who := "the most up-to-date voter"
+	if target != "" {
+		who = target
+	}
+	switch {
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return fmt.Errorf("%w: another leadership transfer is in progress; leadership stays here for now, retry", errTransferNotDone)
+	case err.Error() == "leadership transfer timeout":
+		return fmt.Errorf("%w: timed out: %s did not win an election within raft's election timeout; leadership stays here, retry", errTransferNotDone, who)
+	}
 	return err
 }
 
