@@ -253,6 +253,7 @@ func (n *Node) reconcileOnce(ctx context.Context, tracker *membership.Tracker) e
 		Config:          conf,
 		Progress:        n.collectProgress(ctx, conf),
 		LeaderLastIndex: n.raft.LastIndex(),
+		Departed:        n.fsm.departed.snapshot(),
 		Policy:          n.cfg.Policy,
 	}
 	in.Now = n.cfg.Now()
@@ -268,6 +269,16 @@ func (n *Node) reconcileOnce(ctx context.Context, tracker *membership.Tracker) e
 	}
 	for _, a := range actions {
 		n.log.Info("cluster: reconcile", "action", a.Kind.String(), "server", a.ID, "addr", a.Addr, "reason", a.Reason)
+	}
+	// Record every graceful departure before the removal: a later leader
+	// then has the record whenever it has the removal (doc.go, "Departed
+	// servers").
+	for _, a := range actions {
+		if a.Left {
+			if err := n.recordDeparture(string(a.ID), a.Incarnation); err != nil {
+				return err
+			}
+		}
 	}
 	_, err := n.applier.Apply(confIndex, actions)
 	return err

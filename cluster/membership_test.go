@@ -79,6 +79,30 @@ func TestMembershipChangesWhileWriting(t *testing.T) {
 	waitFor(t, 20*time.Second, follower.ID()+" removed", func() bool {
 		return !slices.Contains(configIDs(tc.leader()), follower.ID())
 	})
+	// From now on no leader may add it back: every node has its departure
+	// record. (Before the record, a new leader whose gossip had not heard
+	// of the leave re-added it as a non-voter for a while.)
+	readded := make(chan []string, 1)
+	stopWatch := make(chan struct{})
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		for {
+			for _, n := range tc.live() {
+				if ids := configIDs(n); slices.Contains(ids, follower.ID()) {
+					select {
+					case readded <- ids:
+					default:
+					}
+				}
+			}
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
 
 	// The leader leaves gracefully: it hands over leadership, and the new
 	// leader removes it.
@@ -90,14 +114,18 @@ func TestMembershipChangesWhileWriting(t *testing.T) {
 	waitFor(t, 20*time.Second, old.ID()+" removed", func() bool {
 		return !slices.Contains(configIDs(tc.leader()), old.ID())
 	})
-	// A new leader whose gossip view has not yet heard of the first leave
-	// may briefly add that node back as a non-voter (it looks alive to
-	// it); reconcile removes it again once the leave reaches it.
 	var ids []string
 	waitFor(t, 20*time.Second, "a configuration of the 3 remaining nodes", func() bool {
 		ids = configIDs(tc.leader())
 		return len(ids) == 3
 	})
+	close(stopWatch)
+	<-watchDone
+	select {
+	case ids := <-readded:
+		t.Fatalf("%s, which left, was added back: configuration %v", follower.ID(), ids)
+	default:
+	}
 	count := load.count()
 	waitFor(t, 10*time.Second, "writes after the changes", func() bool { return load.count() >= count+50 })
 	acked := load.finish()

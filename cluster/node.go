@@ -59,6 +59,8 @@ type Node struct {
 	raftAddr   string // advertised
 	gossipAddr string // advertised
 	applier    *membership.Applier
+	// incarnation identifies this run in gossip (membership.Meta).
+	incarnation uint64
 
 	// readyTerm is the term in which this node, as leader, completed its
 	// barrier: from then on its commit index covers every entry committed
@@ -173,6 +175,9 @@ func (n *Node) Start() (err error) {
 	}
 	n.raftAddr = string(trans.LocalAddr())
 	n.fwd = newForwarder(n.cfg.MaxValueSize)
+	if n.incarnation, err = nextIncarnation(c.DataDir, time.Now()); err != nil {
+		return err
+	}
 	if err := n.startGossip(); err != nil {
 		return err
 	}
@@ -209,7 +214,12 @@ func (n *Node) Start() (err error) {
 	if err != nil {
 		return err
 	}
-	n.fsm = &raftFSM{FSM: f, snaps: snaps}
+	departed, err := loadDeparted(c.DataDir)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	n.fsm = &raftFSM{FSM: f, snaps: snaps, departed: departed, log: n.log}
 	n.fsm.loadSnapshotConfigIndex()
 	restore, why, err := restoreOnStart(snaps, f)
 	if err != nil {
@@ -339,10 +349,11 @@ func (n *Node) startGossip() error {
 	}
 	mc := membership.Config{
 		Meta: membership.Meta{
-			ID:       c.ID,
-			RaftAddr: n.raftAddr,
-			GRPCAddr: n.grpcAddr,
-			NonVoter: c.NonVoter,
+			ID:          c.ID,
+			RaftAddr:    n.raftAddr,
+			GRPCAddr:    n.grpcAddr,
+			NonVoter:    c.NonVoter,
+			Incarnation: n.incarnation,
 		},
 		BindAddr:  host,
 		BindPort:  port,
@@ -572,12 +583,18 @@ type raftFSM struct {
 	// beforeApply, if set, runs before each batch is applied (tests use it
 	// to stall the state machine).
 	beforeApply atomic.Pointer[func()]
+	// departed holds the departure records (departed.go): entries carrying
+	// one are recorded here and reach the engine's FSM as no-ops.
+	departed *departedSet
+	// log receives failures to persist a departure record.
+	log *slog.Logger
 }
 
 func (r *raftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	if h := r.beforeApply.Load(); h != nil {
 		(*h)()
 	}
+	logs = r.takeDepartures(logs)
 	results := r.FSM.ApplyBatch(logs)
 	for _, l := range logs {
 		if l.Type == raft.LogConfiguration {
@@ -585,6 +602,33 @@ func (r *raftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		}
 	}
 	return results
+}
+
+// takeDepartures records the departure records among logs and returns logs
+// with each of their entries replaced by a no-op copy (the engine's FSM
+// advances its applied index over it and keeps nothing). logs itself is not
+// modified.
+func (r *raftFSM) takeDepartures(logs []*raft.Log) []*raft.Log {
+	out, cloned := logs, false
+	for i, l := range logs {
+		if l.Type != raft.LogCommand || len(l.Extensions) == 0 {
+			continue
+		}
+		id, inc, ok := decodeDeparture(l.Extensions)
+		if !ok {
+			continue
+		}
+		if r.departed != nil {
+			if err := r.departed.record(id, inc); err != nil && r.log != nil {
+				r.log.Warn("cluster: keeping a departure record", "server", id, "err", err)
+			}
+		}
+		if !cloned {
+			out, cloned = slices.Clone(logs), true
+		}
+		out[i] = &raft.Log{Index: l.Index, Term: l.Term, Type: raft.LogNoop, AppendedAt: l.AppendedAt}
+	}
+	return out
 }
 
 // noteConfigIndex raises configIndex to index.

@@ -79,6 +79,11 @@
 //   - At most (V-1)/2 of V voters are removed per round, as raft-autopilot
 //     does: a leader that can still commit has lost no more than that, so
 //     a larger removal means the failure view is wrong.
+//   - A server removed for leaving is not added back on the word of an
+//     alive member of the same incarnation (Input.Departed): that is a
+//     stale view of the run that left, held by a leader that has not yet
+//     heard of the leave. The record is replicated by the caller (package
+//     cluster, doc.go "Departed servers") so that every later leader has it.
 //   - Raft refuses two servers with one address, so a server whose address a
 //     new alive member now uses is removed first (without the grace period:
 //     two processes cannot listen on one address) and the member added in
