@@ -29,14 +29,16 @@ func nodeConfig(dir, id string) cluster.Config {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", id)
 	}
 	return cluster.Config{
-		ID:                 id,
-		DataDir:            filepath.Join(dir, id),
-		GRPCAddr:           "127.0.0.1:0",
-		RaftAddr:           "127.0.0.1:0",
-		GossipAddr:         "127.0.0.1:0",
-		HeartbeatTimeout:   150 * time.Millisecond,
-		ElectionTimeout:    150 * time.Millisecond,
-		LeaderLeaseTimeout: 100 * time.Millisecond,
+		ID:         id,
+		DataDir:    filepath.Join(dir, id),
+		GRPCAddr:   "127.0.0.1:0",
+		RaftAddr:   "127.0.0.1:0",
+		GossipAddr: "127.0.0.1:0",
+		// Not shorter: under -race on a loaded 2-core machine, 150ms
+		// timeouts made elections and leadership transfers time out.
+		HeartbeatTimeout:   300 * time.Millisecond,
+		ElectionTimeout:    300 * time.Millisecond,
+		LeaderLeaseTimeout: 200 * time.Millisecond,
 		CommitTimeout:      5 * time.Millisecond,
 		RequestTimeout:     5 * time.Second,
 		LeaderWaitTimeout:  2 * time.Second,
@@ -143,6 +145,22 @@ func (tc *testCluster) endpoints() []string {
 	return eps
 }
 
+// stableLeader waits until every node knows one leader (an election may be
+// under way on a loaded machine) and returns it.
+func (tc *testCluster) stableLeader(t testing.TB) *cluster.Node {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if err := tc.waitLeader(time.Until(deadline)); err != nil {
+			t.Fatal(err)
+		}
+		if l := tc.leader(); l != nil {
+			return l
+		}
+	}
+}
+
+// leader returns the node that currently leads, or nil.
 func (tc *testCluster) leader() *cluster.Node {
 	for _, n := range tc.nodes {
 		if n.IsLeader() {

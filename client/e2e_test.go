@@ -16,6 +16,7 @@ import (
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/client"
+	"github.com/cairnkv/cairn/cluster"
 	"github.com/cairnkv/cairn/fsm"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -64,9 +65,18 @@ func testKV(t *testing.T, tc *testCluster, c *client.Client) {
 	if err != nil || string(kv.Value) != "2" || kv.Version != 2 || kv.ModIndex != r2.ModIndex {
 		t.Fatalf("get: %+v %v", kv, err)
 	}
-	// The client found the leader, which is not its only endpoint.
-	if c.Leader() != tc.leader().GRPCAddr() {
-		t.Errorf("client's leader %q, cluster's %q", c.Leader(), tc.leader().GRPCAddr())
+	// The client found the leader, which is not its only endpoint (on a
+	// loaded machine leadership may move meanwhile: a linearizable read
+	// through the client makes it follow).
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		leader := tc.stableLeader(t)
+		if c.Leader() == leader.GRPCAddr() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("client's leader %q, cluster's %q", c.Leader(), leader.GRPCAddr())
+		}
+		c.Get(ctx, k)
 	}
 	// Serializable reads from every node see the write once applied there.
 	for _, ep := range tc.endpoints() {
@@ -222,41 +232,61 @@ func testRetriedWrite(t *testing.T, tc *testCluster) {
 	}
 }
 
-func testAdmin(t *testing.T, tc *testCluster, c *client.Client) {
-	ctx := ctxTimeout(t, 30*time.Second)
-	leader := tc.leader()
+// checkStatusAndMembers returns what is wrong with the Status of every node
+// and with Members, given the leader; "" if nothing.
+func checkStatusAndMembers(ctx context.Context, tc *testCluster, c *client.Client, leader *cluster.Node) string {
 	for _, n := range tc.nodes {
 		st, err := c.Status(ctx, client.WithEndpoint(n.GRPCAddr()))
 		if err != nil {
-			t.Fatal(err)
+			return fmt.Sprintf("status of %s: %v", n.ID(), err)
 		}
 		if st.GetNodeId() != n.ID() || st.GetLeaderId() != leader.ID() || st.GetTerm() == 0 || st.GetEngine() == nil {
-			t.Fatalf("status of %s: %v", n.ID(), st)
+			return fmt.Sprintf("status of %s: %v", n.ID(), st)
 		}
 		if (st.GetState() == cairnpb.RaftState_LEADER) != (n == leader) {
-			t.Fatalf("status of %s: state %v", n.ID(), st.GetState())
+			return fmt.Sprintf("status of %s: state %v", n.ID(), st.GetState())
 		}
 	}
 	ms, err := c.Members(ctx)
 	if err != nil {
-		t.Fatal(err)
+		return fmt.Sprintf("members: %v", err)
 	}
 	var ids []string
 	for _, m := range ms.GetMembers() {
 		ids = append(ids, m.GetId())
 		if m.GetSuffrage() != cairnpb.Suffrage_VOTER || m.GetStatus() != cairnpb.MemberStatus_ALIVE || m.GetLeader() != (m.GetId() == leader.ID()) {
-			t.Errorf("member %v", m)
+			return fmt.Sprintf("member %v", m)
 		}
 	}
 	if !slices.Equal(ids, []string{"n1", "n2", "n3"}) {
-		t.Fatalf("members %v", ids)
+		return fmt.Sprintf("members %v", ids)
+	}
+	return ""
+}
+
+func testAdmin(t *testing.T, tc *testCluster, c *client.Client) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	// Status and Members agree with the cluster's leader. On a loaded
+	// machine an election may move leadership during the checks: then
+	// they are repeated, with the new leader.
+	var leader *cluster.Node
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		leader = tc.stableLeader(t)
+		problem := checkStatusAndMembers(ctx, tc, c, leader)
+		if problem == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(problem)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	// A manual member: added as a non-voter, removed again.
 	idx, err := c.AddMember(ctx, "ghost", "127.0.0.1:1", client.AsNonVoter())
 	if err != nil || idx == 0 {
 		t.Fatalf("add member: %d %v", idx, err)
 	}
-	ms, _ = c.Members(ctx)
+	ms, _ := c.Members(ctx)
 	if !slices.ContainsFunc(ms.GetMembers(), func(m *client.Member) bool {
 		return m.GetId() == "ghost" && m.GetSuffrage() == cairnpb.Suffrage_NONVOTER
 	}) {
@@ -406,13 +436,32 @@ func testLeaderChange(t *testing.T, tc *testCluster) {
 			}
 		}()
 	}
+	// Each transfer (and the end) waits until the writers got 10 more
+	// writes through, not for a fixed time.
+	progress := func() {
+		mu.Lock()
+		from := len(acked)
+		mu.Unlock()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			mu.Lock()
+			n := len(acked)
+			mu.Unlock()
+			if n >= from+10 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("only %d writes in 20s", n-from)
+				return
+			}
+		}
+	}
 	for range 3 {
-		time.Sleep(150 * time.Millisecond)
+		progress()
 		if _, err := admin.TransferLeader(ctx, ""); err != nil {
 			t.Errorf("transfer: %v", err)
 		}
 	}
-	time.Sleep(150 * time.Millisecond)
+	progress()
 	close(stop)
 	wg.Wait()
 	for _, err := range errs {
