@@ -106,8 +106,15 @@ type Config struct {
 	// 1s.
 	ReconcileInterval time.Duration
 	// Policy drives reconciliation; the zero value means
-	// membership.DefaultPolicy().
+	// membership.DefaultPolicy(). (cmd/node sets it from its membership
+	// policy flags.)
 	Policy membership.Policy
+	// SkipLeaveOnShutdown makes a graceful Shutdown skip the gossip leave:
+	// the node stops as it would for a restart, peers see it fail, and the
+	// leader keeps it in the configuration for Policy.FailedGracePeriod
+	// (and for good below Policy.MinQuorum voters) instead of removing it
+	// at once. Consul calls this skip_leave_on_interrupt.
+	SkipLeaveOnShutdown bool
 	// NonVoter asks the leader to keep this node a non-voter.
 	NonVoter bool
 
@@ -232,6 +239,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Policy == (membership.Policy{}) {
 		c.Policy = membership.DefaultPolicy()
 	}
+	if err := validatePolicy(c.Policy); err != nil {
+		return bad("%v", err)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -239,6 +249,26 @@ func (c Config) withDefaults() (Config, error) {
 		c.Now = time.Now
 	}
 	return c, nil
+}
+
+// validatePolicy reports the first setting of p that makes no sense.
+func validatePolicy(p membership.Policy) error {
+	switch {
+	case p.FailedGracePeriod < 0:
+		return fmt.Errorf("dead-server grace period %v < 0", p.FailedGracePeriod)
+	case p.StabilizationTime < 0:
+		return fmt.Errorf("stabilization time %v < 0", p.StabilizationTime)
+	case p.MaxLastContact < 0:
+		return fmt.Errorf("max last contact %v < 0", p.MaxLastContact)
+	case p.MinQuorum < 0:
+		return fmt.Errorf("minimum voters %d < 0", p.MinQuorum)
+	case p.MaxVoters < 0:
+		return fmt.Errorf("maximum voters %d < 0 (0 means no cap)", p.MaxVoters)
+	case p.MaxVoters > 0 && p.MaxVoters-1+p.MaxVoters%2 < p.MinQuorum:
+		return fmt.Errorf("maximum voters %d (%d once rounded down to odd) is below the minimum voters %d",
+			p.MaxVoters, p.MaxVoters-1+p.MaxVoters%2, p.MinQuorum)
+	}
+	return nil
 }
 
 // raftConfig returns the raft configuration of the node.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
+	"github.com/cairnkv/cairn/cluster/membership"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -172,5 +173,53 @@ func TestReconcileKeepsFailedMemberBelowMinQuorum(t *testing.T) {
 		if m.GetId() != victim.ID() && !m.GetHealthy() {
 			t.Fatalf("live member reported %v", m)
 		}
+	}
+}
+
+// With SkipLeaveOnShutdown (cairn-node --leave-on-stop=false) a gracefully
+// stopped voter stays in the configuration: peers see it fail, and the
+// grace period keeps it. Without it (the control, same cluster), a stopped
+// voter is removed at once. Before SkipLeaveOnShutdown every graceful stop
+// left.
+func TestSkipLeaveOnShutdownKeepsVoter(t *testing.T) {
+	tc := newTestCluster(t)
+	nodes := tc.formCluster(5, nil)
+	leader := tc.leader()
+	var stay, leave *Node
+	for _, n := range nodes {
+		switch {
+		case n == leader:
+		case stay == nil:
+			stay = n
+		case leave == nil:
+			leave = n
+		}
+	}
+	stay.cfg.SkipLeaveOnShutdown = true
+	if err := stay.Shutdown(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "gossip to see "+stay.ID()+" fail", func() bool {
+		m, ok := leader.member(stay.ID())
+		return ok && m.State == membership.StateDead
+	})
+	rounds := leader.reconcileRounds.Load()
+	waitFor(t, 10*time.Second, "5 reconcile rounds", func() bool { return leader.reconcileRounds.Load() >= rounds+5 })
+	if !leader.IsLeader() {
+		t.Skip("leadership moved during the test (a loaded machine); the check needs one leader")
+	}
+	if ids := configIDs(leader); !slices.Contains(ids, stay.ID()) || tc.voters(leader) != 5 {
+		t.Fatalf("%s, stopped without leaving, was removed or demoted: %v (%d voters)", stay.ID(), ids, tc.voters(leader))
+	}
+
+	// The control: a graceful stop that leaves is removed.
+	if err := leave.Shutdown(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, leave.ID()+" removed", func() bool {
+		return !slices.Contains(configIDs(tc.leader()), leave.ID())
+	})
+	if ids := configIDs(tc.leader()); !slices.Contains(ids, stay.ID()) {
+		t.Fatalf("%s removed: %v", stay.ID(), ids)
 	}
 }

@@ -379,7 +379,7 @@ func (n *Node) startGossip() error {
 }
 
 // Shutdown stops the node gracefully: it stops reporting healthy, announces
-// its leave to the cluster, hands leadership to another voter if it leads,
+// its leave to the cluster (unless Config.SkipLeaveOnShutdown), hands leadership to another voter if it leads,
 // drains the gRPC server, and then stops raft and closes its stores and the
 // engine. ctx bounds the graceful steps (each is also bounded by
 // Config.ShutdownTimeout); the node is stopped in any case. Calling it again
@@ -413,7 +413,7 @@ func (n *Node) stopLocked(ctx context.Context, graceful bool) error {
 	if n.health != nil {
 		n.health.Shutdown() // every service NOT_SERVING
 	}
-	if graceful && n.disc != nil {
+	if graceful && n.disc != nil && !n.cfg.SkipLeaveOnShutdown {
 		// Each of the leave's two broadcasts normally goes out within a
 		// gossip interval; if no peer is left to take it, do not wait long.
 		if err := n.disc.Leave(min(n.cfg.ShutdownTimeout, time.Second)); err != nil {
