@@ -100,6 +100,11 @@ type Config struct {
 	// ShutdownTimeout bounds each graceful step of Shutdown (leave,
 	// leadership transfer, draining gRPC); default 5s.
 	ShutdownTimeout time.Duration
+	// StopTimeout bounds the rest of Shutdown, after the graceful steps:
+	// stopping raft, gossip and the background loops and closing the
+	// stores. A step still running then is abandoned (see
+	// ErrStopIncomplete); default 30s.
+	StopTimeout time.Duration
 
 	// ReconcileInterval is how often the leader reconciles the raft
 	// configuration with gossip even without membership events; default
@@ -221,6 +226,7 @@ func (c Config) withDefaults() (Config, error) {
 	defDur(&c.ApplyTimeout, 5*time.Second)
 	defDur(&c.LeaderWaitTimeout, 3*time.Second)
 	defDur(&c.ShutdownTimeout, 5*time.Second)
+	defDur(&c.StopTimeout, 30*time.Second)
 	defDur(&c.ReconcileInterval, time.Second)
 	for _, d := range []struct {
 		what string
@@ -230,7 +236,8 @@ func (c Config) withDefaults() (Config, error) {
 		{"leader lease timeout", c.LeaderLeaseTimeout}, {"commit timeout", c.CommitTimeout},
 		{"snapshot interval", c.SnapshotInterval}, {"request timeout", c.RequestTimeout},
 		{"apply timeout", c.ApplyTimeout}, {"leader wait timeout", c.LeaderWaitTimeout},
-		{"shutdown timeout", c.ShutdownTimeout}, {"reconcile interval", c.ReconcileInterval},
+		{"shutdown timeout", c.ShutdownTimeout}, {"stop timeout", c.StopTimeout},
+		{"reconcile interval", c.ReconcileInterval},
 	} {
 		if d.d < 0 {
 			return bad("%s %v < 0", d.what, d.d)

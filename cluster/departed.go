@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -186,12 +187,12 @@ func nextIncarnation(dir string, now time.Time) (uint64, error) {
 // waits until it is committed and applied here.
 // A zero incarnation (a node of an older version) holds nothing back and is
 // not recorded.
-func (n *Node) recordDeparture(id string, incarnation uint64) error {
+func (n *Node) recordDeparture(ctx context.Context, id string, incarnation uint64) error {
 	if cur, ok := n.fsm.departed.get(id); incarnation == 0 || (ok && cur >= incarnation) {
 		return nil
 	}
 	f := n.raft.ApplyLog(raft.Log{Extensions: encodeDeparture(id, incarnation)}, n.cfg.ApplyTimeout)
-	if err := f.Error(); err != nil {
+	if err := n.waitRaft(ctx, f); err != nil {
 		return fmt.Errorf("cluster: recording the departure of %s: %w", id, err)
 	}
 	n.log.Info("cluster: recorded departure", "server", id, "incarnation", incarnation)

@@ -18,7 +18,14 @@
 // the node announces its leave in gossip (the leader's reconcile loop then
 // removes it from the configuration), a leader hands leadership to another
 // voter, the gRPC server drains, and raft, gossip, the stores and the
-// engine close, the lock last.
+// engine close, the lock last. Those closing steps share one deadline,
+// Config.StopTimeout: a step still running then (raft's shutdown waits for
+// its FSM goroutine, for one) is abandoned and logged, its resources left
+// open, and the lock is released anyway (ErrStopIncomplete). No goroutine
+// of the node waits on a raft future without also watching the node's
+// context (Node.waitRaft): raft never completes a future still queued when
+// it shuts down, and a new leader's barrier queued as all three nodes of a
+// cluster stopped at once hung Shutdown that way.
 //
 // # Raft
 //

@@ -57,7 +57,10 @@ func (n *Node) leadershipLoop() {
 func (n *Node) establishLeadership(ctx context.Context) bool {
 	term := n.raft.CurrentTerm()
 	for attempt := 0; ; attempt++ {
-		err := n.raft.Barrier(n.cfg.ApplyTimeout).Error()
+		err := n.waitRaft(ctx, n.raft.Barrier(n.cfg.ApplyTimeout))
+		if ctx.Err() != nil {
+			return false
+		}
 		if err == nil {
 			if n.raft.CurrentTerm() != term || n.raft.State() != raft.Leader {
 				return false
@@ -151,6 +154,25 @@ func waitFuture(ctx context.Context, f raft.Future) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// waitRaft waits for f like waitFuture, and also gives up with
+// raft.ErrRaftShutdown once the node is stopping. A goroutine of the node
+// must not wait on a raft future without it: raft never completes a future
+// still queued in its apply channel when it shuts down, and such a wait
+// hung Shutdown (in n.wg.Wait) when a whole cluster stopped at once while a
+// new leader's barrier was queued.
+func (n *Node) waitRaft(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.ctx.Done():
+		return raft.ErrRaftShutdown
 	}
 }
 

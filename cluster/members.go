@@ -275,7 +275,7 @@ func (n *Node) reconcileOnce(ctx context.Context, tracker *membership.Tracker) e
 	// servers").
 	for _, a := range actions {
 		if a.Left {
-			if err := n.recordDeparture(string(a.ID), a.Incarnation); err != nil {
+			if err := n.recordDeparture(ctx, string(a.ID), a.Incarnation); err != nil {
 				return err
 			}
 		}

@@ -183,7 +183,8 @@ func TestReconcileKeepsFailedMemberBelowMinQuorum(t *testing.T) {
 // left.
 func TestSkipLeaveOnShutdownKeepsVoter(t *testing.T) {
 	tc := newTestCluster(t)
-	nodes := tc.formCluster(5, nil)
+	// A grace period that outlasts the test on a loaded machine.
+	nodes := tc.formCluster(5, func(c *Config) { c.Policy.FailedGracePeriod = time.Minute })
 	leader := tc.leader()
 	var stay, leave *Node
 	for _, n := range nodes {

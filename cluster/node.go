@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,16 @@ var ErrNotStarted = errors.New("cluster: node not started")
 
 // ErrShutdown is returned by Start after Shutdown.
 var ErrShutdown = errors.New("cluster: node shut down")
+
+// minStepWait is the least time runBounded gives a step of stopping.
+const minStepWait = 500 * time.Millisecond
+
+// ErrStopIncomplete is wrapped by Shutdown's error when a step of stopping
+// the node (raft, gossip, the background loops, closing the stores) did not
+// finish within Config.StopTimeout and was abandoned. The data directory
+// is released anyway; abandoned goroutines may still hold its files open,
+// so the process should exit rather than start the node again.
+var ErrStopIncomplete = errors.New("cluster: node did not stop cleanly")
 
 // Node is one cairn server: a raft member whose state machine is an fsm.FSM,
 // discovered by its peers through memberlist, serving the KV and Cluster
@@ -382,8 +393,11 @@ func (n *Node) startGossip() error {
 // its leave to the cluster (unless Config.SkipLeaveOnShutdown), hands leadership to another voter if it leads,
 // drains the gRPC server, and then stops raft and closes its stores and the
 // engine. ctx bounds the graceful steps (each is also bounded by
-// Config.ShutdownTimeout); the node is stopped in any case. Calling it again
-// does nothing.
+// Config.ShutdownTimeout); the node is stopped in any case: the stopping
+// steps after them are bounded by Config.StopTimeout together, and a step
+// that does not finish by then is abandoned and logged, and the data
+// directory released regardless (the error wraps ErrStopIncomplete).
+// Calling it again does nothing.
 func (n *Node) Shutdown(ctx context.Context) error {
 	return n.stop(ctx, true)
 }
@@ -446,8 +460,21 @@ func (n *Node) stopLocked(ctx context.Context, graceful bool) error {
 		n.lis.Close()
 	}
 	n.cancel()
+
+	// From here on every step must finish by one deadline; a step that
+	// does not is abandoned (left running, its resources open) and logged,
+	// and the data directory is released all the same, so that the
+	// process can exit or a supervisor can start the node again.
+	deadline := time.Now().Add(n.cfg.StopTimeout)
+	var abandoned []string
+	raftStopped := true
 	if n.raft != nil {
-		if err := n.raft.Shutdown().Error(); err != nil {
+		done, err := runBounded(deadline, func() error { return n.raft.Shutdown().Error() })
+		switch {
+		case !done:
+			raftStopped = false
+			abandoned = append(abandoned, "raft's shutdown (its goroutines, log store and state machine stay open)")
+		case err != nil:
 			errs = append(errs, fmt.Errorf("cluster: raft shutdown: %w", err))
 		}
 	}
@@ -455,34 +482,73 @@ func (n *Node) stopLocked(ctx context.Context, graceful bool) error {
 		// raft closes the listener; close the pooled connections too, so
 		// that peers' handlers of them (and ours of theirs) end.
 		n.netTrans.CloseStreams()
+		if !raftStopped {
+			n.netTrans.Close()
+		}
 	}
 	if n.disc != nil {
-		if err := n.disc.Shutdown(); err != nil {
+		done, err := runBounded(deadline, n.disc.Shutdown)
+		switch {
+		case !done:
+			abandoned = append(abandoned, "gossip's shutdown")
+		case err != nil:
 			errs = append(errs, err)
 		}
 	}
-	n.wg.Wait()
+	if done, _ := runBounded(deadline, func() error { n.wg.Wait(); return nil }); !done {
+		abandoned = append(abandoned, "the node's background loops")
+	}
 	if n.fwd != nil {
 		n.fwd.close()
 	}
-	for i := len(n.closers) - 1; i >= 0; i-- {
-		if err := n.closers[i].Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			errs = append(errs, fmt.Errorf("cluster: closing: %w", err))
+	if raftStopped {
+		for i := len(n.closers) - 1; i >= 0; i-- {
+			done, err := runBounded(deadline, n.closers[i].Close)
+			switch {
+			case !done:
+				abandoned = append(abandoned, fmt.Sprintf("closing %T", n.closers[i]))
+			case err != nil && !errors.Is(err, net.ErrClosed):
+				errs = append(errs, fmt.Errorf("cluster: closing: %w", err))
+			}
 		}
-	}
-	if n.fsm != nil {
-		if err := n.fsm.Close(); err != nil {
-			errs = append(errs, err)
+		if n.fsm != nil {
+			done, err := runBounded(deadline, n.fsm.Close)
+			switch {
+			case !done:
+				abandoned = append(abandoned, "closing the state machine")
+			case err != nil:
+				errs = append(errs, err)
+			}
 		}
 	}
 	if n.lock != nil {
 		n.lock.Close()
 	}
 	n.leaderChange.notify()
+	if len(abandoned) > 0 {
+		n.log.Error("cluster: node did not stop cleanly; released its data directory anyway", "stop_timeout", n.cfg.StopTimeout, "abandoned", strings.Join(abandoned, "; "))
+		errs = append(errs, fmt.Errorf("%w after %v: abandoned %s", ErrStopIncomplete, n.cfg.StopTimeout, strings.Join(abandoned, "; ")))
+	}
 	if len(errs) == 0 && n.started {
 		n.log.Info("cluster: node stopped", "graceful", graceful)
 	}
 	return errors.Join(errs...)
+}
+
+// runBounded runs fn and waits for it until deadline, or for at least
+// minStepWait (a step after an abandoned one still gets a chance). done
+// reports whether it returned (with err); if not, it is left running.
+func runBounded(deadline time.Time, fn func() error) (done bool, err error) {
+	ch := make(chan error, 1)
+	go func() { ch <- fn() }()
+	t := time.NewTimer(max(time.Until(deadline), minStepWait))
+	defer t.Stop()
+	select {
+	case err := <-ch:
+		return true, err
+	case <-t.C:
+		return false, nil
+	}
 }
 
 // hasOtherVoter reports whether the configuration has a voter besides

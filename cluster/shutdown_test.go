@@ -2,10 +2,12 @@ package cluster
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -58,4 +60,52 @@ func TestConcurrentShutdown(t *testing.T) {
 		}
 		tc.close()
 	}
+}
+
+// A node whose raft cannot shut down (here its state machine is stuck in
+// an apply, and raft waits for it) still returns from Shutdown after
+// StopTimeout, with ErrStopIncomplete, and releases its data directory.
+// Before the bound, Shutdown waited for ever.
+func TestShutdownAbandonsStuckRaft(t *testing.T) {
+	tc := newTestCluster(t)
+	cfg := testConfig(t, "solo")
+	cfg.BootstrapExpect = 1
+	cfg.StopTimeout = time.Second
+	n := tc.start(cfg, nil)
+	tc.waitReady([]*Node{n}, 1)
+	release := make(chan struct{})
+	stuck := make(chan struct{}, 1)
+	stall := func() {
+		select {
+		case stuck <- struct{}{}:
+		default:
+		}
+		<-release
+	}
+	n.fsm.beforeApply.Store(&stall)
+	go tc.kv(n).Put(ctxTimeout(t, 5*time.Second), &cairnpb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+	<-stuck
+
+	start := time.Now()
+	err := n.Shutdown(ctxTimeout(t, 10*time.Second))
+	took := time.Since(start)
+	if !errors.Is(err, ErrStopIncomplete) || !strings.Contains(err.Error(), "raft's shutdown") || took > 8*time.Second {
+		t.Fatalf("Shutdown of a stuck node: %v after %v", err, took)
+	}
+	t.Logf("Shutdown returned after %v: %v", took.Round(time.Millisecond), err)
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		t.Fatalf("data directory still locked: %v", err)
+	}
+	lock.Close()
+
+	// Let the abandoned raft finish, and close what it left open.
+	close(release)
+	if err := n.raft.Shutdown().Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range n.closers {
+		c.Close()
+	}
+	n.fsm.Close()
 }

@@ -175,8 +175,9 @@ func ok(t testing.TB, stdin string, args ...string) string {
 }
 
 // stopNodes shuts the nodes down in parallel, giving up after timeout
-// (reporting false): a node's raft.Shutdown has been seen to hang when the
-// whole cluster stops at once, and a test binary must not hang with it.
+// (reporting false): a test binary must not hang on a node that does not
+// stop (a whole cluster stopping at once used to hang one, see
+// cluster.TestConcurrentShutdown).
 func stopNodes(nodes []*cluster.Node, timeout time.Duration) bool {
 	done := make(chan struct{})
 	go func() {
