@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnkv/cairn/cluster/membership"
 	"github.com/hashicorp/raft"
 )
 
@@ -151,4 +152,58 @@ func TestDepartedServerRejoins(t *testing.T) {
 		t.Fatalf("incarnation %d after %d", n4.incarnation, inc)
 	}
 	waitFor(t, 20*time.Second, "n4 added again", func() bool { return slices.Contains(configIDs(tc.leader()), "n4") })
+}
+
+// The bug the departure records fix, staged: a leader whose gossip view is
+// stale (it shows a server that left and was removed as alive, with the
+// incarnation it left with) does not add it back. Without the record it
+// did, as a non-voter, until the leave reached its gossip. The same view
+// with a newer incarnation (the server restarted) adds it.
+func TestStaleGossipViewDoesNotReaddDeparted(t *testing.T) {
+	tc := newTestCluster(t)
+	nodes := tc.formCluster(3, nil)
+	cfg := testConfig(t, "n4")
+	cfg.Join = []string{nodes[0].GossipAddr()}
+	cfg.NonVoter = true
+	n4 := tc.start(cfg, nil)
+	waitFor(t, 20*time.Second, "n4 added", func() bool { return slices.Contains(configIDs(tc.leader()), "n4") })
+	if err := n4.Shutdown(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "n4 removed", func() bool { return !slices.Contains(configIDs(tc.leader()), "n4") })
+	leader := tc.leader()
+	waitFor(t, 10*time.Second, "the leader to have n4's record", func() bool {
+		_, ok := leader.fsm.departed.get("n4")
+		return ok
+	})
+
+	stale := func(incarnation uint64) func() []membership.Member {
+		return func() []membership.Member {
+			ms := leader.disc.Members()
+			for i := range ms {
+				if ms[i].ID == "n4" {
+					ms[i].State, ms[i].Leaving, ms[i].Incarnation = membership.StateAlive, false, incarnation
+				}
+			}
+			return ms
+		}
+	}
+	view := stale(n4.incarnation)
+	leader.testGossipView.Store(&view)
+	rounds := leader.reconcileRounds.Load()
+	waitFor(t, 20*time.Second, "5 reconcile rounds on the stale view", func() bool {
+		return leader.reconcileRounds.Load() >= rounds+5 || !leader.IsLeader()
+	})
+	if !leader.IsLeader() {
+		t.Skip("leadership moved during the test (a loaded machine); the check needs one leader")
+	}
+	if ids := configIDs(leader); slices.Contains(ids, "n4") {
+		t.Fatalf("a stale gossip view re-added n4, which left: %v", ids)
+	}
+
+	// A newer incarnation is a rejoin: added.
+	view = stale(n4.incarnation + 1)
+	leader.testGossipView.Store(&view)
+	waitFor(t, 20*time.Second, "n4 added on a newer incarnation", func() bool { return slices.Contains(configIDs(tc.leader()), "n4") })
+	leader.testGossipView.Store(nil)
 }

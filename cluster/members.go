@@ -246,7 +246,7 @@ func (n *Node) reconcileOnce(ctx context.Context, tracker *membership.Tracker) e
 		return err
 	}
 	conf, confIndex := cf.Configuration(), n.fsm.configIndex.Load()
-	members := n.disc.Members()
+	members := n.gossipView()
 	in := membership.Input{
 		Self:            raft.ServerID(n.cfg.ID),
 		Members:         members,
@@ -282,6 +282,15 @@ func (n *Node) reconcileOnce(ctx context.Context, tracker *membership.Tracker) e
 	}
 	_, err := n.applier.Apply(confIndex, actions)
 	return err
+}
+
+// gossipView returns the gossip view reconcile decides from: Discovery's,
+// unless a test replaced it (to stage a stale view).
+func (n *Node) gossipView() []membership.Member {
+	if f := n.testGossipView.Load(); f != nil {
+		return (*f)()
+	}
+	return n.disc.Members()
 }
 
 // collectProgress asks every configured server for its raft status (as

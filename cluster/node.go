@@ -94,6 +94,9 @@ type Node struct {
 	progress atomic.Pointer[map[raft.ServerID]membership.ServerProgress]
 	// reconcileRounds counts reconcile rounds (for tests).
 	reconcileRounds atomic.Uint64
+	// testGossipView, if set, replaces the gossip view reconcile reads
+	// (tests stage a stale view with it).
+	testGossipView atomic.Pointer[func() []membership.Member]
 	// savedPeers is what savePeers last wrote.
 	savedPeers []string
 
