@@ -393,9 +393,9 @@ func (n *Node) startGossip() error {
 }
 
 // Shutdown stops the node gracefully: it stops reporting healthy, announces
-// its leave to the cluster (unless Config.SkipLeaveOnShutdown), hands leadership to another voter if it leads,
-// drains the gRPC server, and then stops raft and closes its stores and the
-// engine. ctx bounds the graceful steps (each is also bounded by
+// its leave to the cluster (unless Config.SkipLeaveOnShutdown), hands
+// leadership to another voter if it leads, drains the gRPC server, and then
+// stops raft and closes its stores and the engine. ctx bounds the graceful steps (each is also bounded by
 // Config.ShutdownTimeout); the node is stopped in any case: the stopping
 // steps after them are bounded by Config.StopTimeout together, and a step
 // that does not finish by then is abandoned and logged, and the data
