@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -159,6 +160,11 @@ func cairn(t testing.TB, stdin string, args ...string) result {
 	}
 	if !hasEndpoints && os.Getenv(envEndpoints) == "" {
 		args = append([]string{"--endpoints", endpoints(testNodes(t))}, args...)
+	}
+	// A generous deadline unless the test sets one: on a loaded machine an
+	// election can outlast the default 5s.
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--timeout") }) {
+		args = append([]string{"--timeout", "30s"}, args...)
 	}
 	code := run(args, strings.NewReader(stdin), &out, &errb)
 	return result{out.String(), errb.String(), code}
