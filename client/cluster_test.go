@@ -170,9 +170,9 @@ func (tc *testCluster) leader() *cluster.Node {
 	return nil
 }
 
-// stop shuts the nodes down in parallel. It gives up after 20s and
-// reports false: a node's raft.Shutdown has been seen to hang when a whole
-// cluster stops at once, and a test must not hang with it.
+// stop shuts the nodes down in parallel. It gives up after 20s: a test
+// must not hang on a node that does not stop (a whole cluster stopping at
+// once used to hang one, see cluster.TestConcurrentShutdown).
 func (tc *testCluster) stop() {
 	done := make(chan struct{})
 	go func() {
