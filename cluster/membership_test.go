@@ -80,9 +80,18 @@ func TestMembershipChangesWhileWriting(t *testing.T) {
 	waitFor(t, 20*time.Second, follower.ID()+" removed", func() bool {
 		return !slices.Contains(configIDs(tc.leader()), follower.ID())
 	})
-	// From now on no leader may add it back: every node has its departure
-	// record. (Before the record, a new leader whose gossip had not heard
-	// of the leave re-added it as a non-voter for a while.)
+	// Once every node has the removal (so that any later leader has it), no
+	// leader may add it back: every node has its departure record. (Before
+	// the record, a new leader whose gossip had not heard of the leave
+	// re-added it as a non-voter for a while.)
+	waitFor(t, 20*time.Second, follower.ID()+" removed on every node", func() bool {
+		for _, n := range tc.live() {
+			if slices.Contains(configIDs(n), follower.ID()) {
+				return false
+			}
+		}
+		return true
+	})
 	readded := make(chan []string, 1)
 	stopWatch := make(chan struct{})
 	watchDone := make(chan struct{})
