@@ -34,11 +34,13 @@ func nodeConfig(dir, id string) cluster.Config {
 		GRPCAddr:   "127.0.0.1:0",
 		RaftAddr:   "127.0.0.1:0",
 		GossipAddr: "127.0.0.1:0",
-		// Not shorter: under -race on a loaded 2-core machine, 150ms
-		// timeouts made elections and leadership transfers time out.
-		HeartbeatTimeout:   300 * time.Millisecond,
-		ElectionTimeout:    300 * time.Millisecond,
-		LeaderLeaseTimeout: 200 * time.Millisecond,
+		// raft's defaults: these tests kill no leader, so fast elections
+		// buy nothing, and shorter timeouts made elections churn and
+		// leadership transfers time out under -race on a loaded 2-core
+		// machine (150ms did; 300ms still did with CPU hogs).
+		HeartbeatTimeout:   time.Second,
+		ElectionTimeout:    time.Second,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
 		CommitTimeout:      5 * time.Millisecond,
 		RequestTimeout:     5 * time.Second,
 		LeaderWaitTimeout:  2 * time.Second,

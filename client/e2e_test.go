@@ -45,7 +45,7 @@ func TestCluster(t *testing.T) {
 }
 
 func testKV(t *testing.T, tc *testCluster, c *client.Client) {
-	ctx := ctxTimeout(t, 30*time.Second)
+	ctx := ctxTimeout(t, 2*time.Minute)
 	k := []byte("kv/a")
 	r1, err := c.Put(ctx, k, []byte("1"))
 	if err != nil {
@@ -203,7 +203,7 @@ func dropFirstResponse(method string, calls *atomic.Int32) grpc.UnaryClientInter
 }
 
 func testRetriedWrite(t *testing.T, tc *testCluster) {
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := ctxTimeout(t, 2*time.Minute)
 	var puts, txns atomic.Int32
 	c := newClient(t, client.Config{Endpoints: tc.endpoints(), DialOptions: []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(dropFirstResponse("Put", &puts), dropFirstResponse("Txn", &txns)),
@@ -213,8 +213,10 @@ func testRetriedWrite(t *testing.T, tc *testCluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if puts.Load() != 2 {
-		t.Fatalf("%d put attempts, want 2", puts.Load())
+	// At least 2 attempts: the dropped one and its retry (more when
+	// leadership moves meanwhile, on a loaded machine).
+	if puts.Load() < 2 {
+		t.Fatalf("%d put attempts, want at least 2", puts.Load())
 	}
 	if res.Version != 1 {
 		t.Fatalf("the retried put reports version %d: it was applied twice", res.Version)
@@ -224,7 +226,7 @@ func testRetriedWrite(t *testing.T, tc *testCluster) {
 	}
 	// A retried increment-style Txn is applied once too.
 	tr, err := c.Txn(ctx).If(client.Version(k).Equal(1)).Then(client.OpPut(k, []byte("w"))).Commit()
-	if err != nil || !tr.Succeeded || txns.Load() != 2 {
+	if err != nil || !tr.Succeeded || txns.Load() < 2 {
 		t.Fatalf("retried txn: %+v %v (%d attempts)", tr, err, txns.Load())
 	}
 	if kv, _ := c.Get(ctx, k); kv.Version != 2 {
@@ -265,7 +267,7 @@ func checkStatusAndMembers(ctx context.Context, tc *testCluster, c *client.Clien
 }
 
 func testAdmin(t *testing.T, tc *testCluster, c *client.Client) {
-	ctx := ctxTimeout(t, 30*time.Second)
+	ctx := ctxTimeout(t, 2*time.Minute)
 	// Status and Members agree with the cluster's leader. On a loaded
 	// machine an election may move leadership during the checks: then
 	// they are repeated, with the new leader.
@@ -344,7 +346,7 @@ func testAdmin(t *testing.T, tc *testCluster, c *client.Client) {
 }
 
 func testBackup(t *testing.T, c *client.Client) {
-	ctx := ctxTimeout(t, 30*time.Second)
+	ctx := ctxTimeout(t, 2*time.Minute)
 	for i := range 100 {
 		if _, err := c.Put(ctx, fmt.Appendf(nil, "backup/%03d", i), bytes.Repeat([]byte{byte(i)}, 1000)); err != nil {
 			t.Fatal(err)
@@ -399,7 +401,7 @@ func fileReadCloser(b []byte) bytesReadCloser { return bytesReadCloser{bytes.New
 // Writers keep writing through leadership transfers; no error reaches
 // them, and every acknowledged write is there afterwards.
 func testLeaderChange(t *testing.T, tc *testCluster) {
-	ctx := ctxTimeout(t, 60*time.Second)
+	ctx := ctxTimeout(t, 3*time.Minute)
 	c := newClient(t, client.Config{Endpoints: tc.endpoints()})
 	admin := newClient(t, client.Config{Endpoints: tc.endpoints()})
 	stop := make(chan struct{})
@@ -418,7 +420,7 @@ func testLeaderChange(t *testing.T, tc *testCluster) {
 				default:
 				}
 				key := fmt.Sprintf("lc/%d/%d", w, i)
-				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 				_, err := c.Put(wctx, []byte(key), []byte("v"))
 				cancel()
 				mu.Lock()
@@ -442,7 +444,7 @@ func testLeaderChange(t *testing.T, tc *testCluster) {
 		mu.Lock()
 		from := len(acked)
 		mu.Unlock()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			mu.Lock()
 			n := len(acked)
 			mu.Unlock()
@@ -450,7 +452,7 @@ func testLeaderChange(t *testing.T, tc *testCluster) {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Errorf("only %d writes in 20s", n-from)
+				t.Errorf("only %d writes in 60s", n-from)
 				return
 			}
 		}

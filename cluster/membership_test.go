@@ -45,11 +45,18 @@ func TestMembershipChangesWhileWriting(t *testing.T) {
 		}
 	}
 	admin := tc.admin(follower)
-	ctx := ctxTimeout(t, 10*time.Second)
-	added, err := admin.AddMember(ctx, &cairnpb.AddMemberRequest{Id: "ghost", RaftAddr: "127.0.0.1:1", NonVoter: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := ctxTimeout(t, 10*waitSlack*time.Second)
+	// Retried while leadership moves (on a loaded machine); adding the
+	// same server again is a no-op.
+	var added *cairnpb.AddMemberResponse
+	var err error
+	waitFor(t, 10*time.Second, "AddMember to succeed", func() bool {
+		added, err = admin.AddMember(ctx, &cairnpb.AddMemberRequest{Id: "ghost", RaftAddr: "127.0.0.1:1", NonVoter: true})
+		if err != nil && !retryable(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
 	// Members reports the index of the configuration entry the change
 	// appended (raft's GetConfiguration reports none; the node tracks it).
 	waitFor(t, 10*time.Second, "Members to report the new configuration's index", func() bool {

@@ -272,7 +272,7 @@ func TestCLIBenchThroughLeaderChanges(t *testing.T) {
 		defer wg.Done()
 		for range 2 {
 			from := applied()
-			for deadline := time.Now().Add(10 * time.Second); applied() < from+200 && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(10 * time.Second); applied() < from+50 && time.Now().Before(deadline); {
 				time.Sleep(10 * time.Millisecond)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -292,7 +292,7 @@ func TestCLIBenchThroughLeaderChanges(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("report %q: %v", r.stdout, err)
 	}
-	if rep.Errors != 0 || rep.Ops < 100 || rep.LatencyMs.Count != int(rep.Ops) || rep.LatencyMs.P50 <= 0 || rep.LatencyMs.Max < rep.LatencyMs.P999 || rep.LatencyMs.P999 < rep.LatencyMs.P50 {
+	if rep.Errors != 0 || rep.Ops < 20 || rep.LatencyMs.Count != int(rep.Ops) || rep.LatencyMs.P50 <= 0 || rep.LatencyMs.Max < rep.LatencyMs.P999 || rep.LatencyMs.P999 < rep.LatencyMs.P50 {
 		t.Fatalf("report: %+v", rep)
 	}
 	if !strings.Contains(r.stderr, "mixed: ") || !strings.Contains(r.stderr, "ops/s") {
