@@ -99,11 +99,21 @@ func TestMembershipChangesWhileWriting(t *testing.T) {
 		}
 		return true
 	})
+	// (Only if it was removed for leaving: a leader whose gossip missed the
+	// leave announcement, on a loaded machine, removes it as failed after
+	// the grace period, without a record.)
+	_, leftForGood := tc.leader().fsm.departed.get(follower.ID())
+	if !leftForGood {
+		t.Logf("%s was removed as failed (the leader's gossip missed its leave): not watching for a re-add", follower.ID())
+	}
 	readded := make(chan []string, 1)
 	stopWatch := make(chan struct{})
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
+		if !leftForGood {
+			return
+		}
 		for {
 			for _, n := range tc.live() {
 				if ids := configIDs(n); slices.Contains(ids, follower.ID()) {
