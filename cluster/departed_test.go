@@ -186,8 +186,8 @@ func TestStaleGossipViewDoesNotReaddDeparted(t *testing.T) {
 	}
 
 	// A newer incarnation is a rejoin: added.
-	view = stale(n4.incarnation + 1)
-	leader.testGossipView.Store(&view)
+	rejoined := stale(n4.incarnation + 1) // a new variable: reconcile reads the old one
+	leader.testGossipView.Store(&rejoined)
 	waitFor(t, 20*time.Second, "n4 added on a newer incarnation", func() bool { return slices.Contains(configIDs(tc.leader()), "n4") })
 	leader.testGossipView.Store(nil)
 }
