@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -279,6 +280,15 @@ func (tc *testCluster) restart(id string) *Node {
 	tc.t.Helper()
 	cfg := tc.cfgs[id]
 	cfg.BootstrapExpect = 0
+	// Another process (tests run in parallel on a shared machine) may have
+	// taken the node's old gRPC port: then take a new one (clients find it
+	// through gossip). The raft address must stay: the configuration
+	// names it.
+	if l, err := net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		cfg.GRPCAddr = "127.0.0.1:0"
+	} else {
+		l.Close()
+	}
 	return tc.start(cfg, tc.deps[id])
 }
 
