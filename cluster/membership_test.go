@@ -210,7 +210,7 @@ func TestReconcileKeepsFailedMemberBelowMinQuorum(t *testing.T) {
 func TestSkipLeaveOnShutdownKeepsVoter(t *testing.T) {
 	tc := newTestCluster(t)
 	// A grace period that outlasts the test on a loaded machine.
-	nodes := tc.formCluster(5, func(c *Config) { c.Policy.FailedGracePeriod = time.Minute })
+	nodes := tc.formCluster(5, func(c *Config) { c.Policy.FailedGracePeriod = time.Hour })
 	leader := tc.leader()
 	var stay, leave *Node
 	for _, n := range nodes {
