@@ -256,7 +256,7 @@ func TestScanAgainstModel(t *testing.T) {
 	fc := newFakeCluster(t, 1)
 	fc.setLeader(fc.addrs()[0])
 	c := fc.client(Config{})
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testCtx(t, 2*time.Minute) // the whole test, on a loaded machine under -race
 	var model []string
 	for range 200 {
 		k := fmt.Sprintf("%c%02d", 'a'+rng.IntN(4), rng.IntN(50))

@@ -29,14 +29,18 @@ func nodeConfig(dir, id string) cluster.Config {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", id)
 	}
 	return cluster.Config{
-		ID:                 id,
-		DataDir:            filepath.Join(dir, id),
-		GRPCAddr:           "127.0.0.1:0",
-		RaftAddr:           "127.0.0.1:0",
-		GossipAddr:         "127.0.0.1:0",
-		HeartbeatTimeout:   150 * time.Millisecond,
-		ElectionTimeout:    150 * time.Millisecond,
-		LeaderLeaseTimeout: 100 * time.Millisecond,
+		ID:         id,
+		DataDir:    filepath.Join(dir, id),
+		GRPCAddr:   "127.0.0.1:0",
+		RaftAddr:   "127.0.0.1:0",
+		GossipAddr: "127.0.0.1:0",
+		// raft's defaults: these tests kill no leader, so fast elections
+		// buy nothing, and shorter timeouts made elections churn and
+		// leadership transfers time out under -race on a loaded 2-core
+		// machine (150ms did; 300ms still did with CPU hogs).
+		HeartbeatTimeout:   time.Second,
+		ElectionTimeout:    time.Second,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
 		CommitTimeout:      5 * time.Millisecond,
 		RequestTimeout:     5 * time.Second,
 		LeaderWaitTimeout:  2 * time.Second,
@@ -143,6 +147,22 @@ func (tc *testCluster) endpoints() []string {
 	return eps
 }
 
+// stableLeader waits until every node knows one leader (an election may be
+// under way on a loaded machine) and returns it.
+func (tc *testCluster) stableLeader(t testing.TB) *cluster.Node {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if err := tc.waitLeader(time.Until(deadline)); err != nil {
+			t.Fatal(err)
+		}
+		if l := tc.leader(); l != nil {
+			return l
+		}
+	}
+}
+
+// leader returns the node that currently leads, or nil.
 func (tc *testCluster) leader() *cluster.Node {
 	for _, n := range tc.nodes {
 		if n.IsLeader() {
@@ -152,9 +172,9 @@ func (tc *testCluster) leader() *cluster.Node {
 	return nil
 }
 
-// stop shuts the nodes down in parallel. It gives up after 20s and
-// reports false: a node's raft.Shutdown has been seen to hang when a whole
-// cluster stops at once, and a test must not hang with it.
+// stop shuts the nodes down in parallel. It gives up after 20s: a test
+// must not hang on a node that does not stop (a whole cluster stopping at
+// once used to hang one, see cluster.TestConcurrentShutdown).
 func (tc *testCluster) stop() {
 	done := make(chan struct{})
 	go func() {

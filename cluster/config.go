@@ -124,14 +124,26 @@ type Config struct {
 	// ShutdownTimeout bounds each graceful step of Shutdown (leave,
 	// leadership transfer, draining gRPC); default 5s.
 	ShutdownTimeout time.Duration
+	// StopTimeout bounds the rest of Shutdown, after the graceful steps:
+	// stopping raft, gossip and the background loops and closing the
+	// stores. A step still running then is abandoned (see
+	// ErrStopIncomplete); default 30s.
+	StopTimeout time.Duration
 
 	// ReconcileInterval is how often the leader reconciles the raft
 	// configuration with gossip even without membership events; default
 	// 1s.
 	ReconcileInterval time.Duration
 	// Policy drives reconciliation; the zero value means
-	// membership.DefaultPolicy().
+	// membership.DefaultPolicy(). (cmd/node sets it from its membership
+	// policy flags.)
 	Policy membership.Policy
+	// SkipLeaveOnShutdown makes a graceful Shutdown skip the gossip leave:
+	// the node stops as it would for a restart, peers see it fail, and the
+	// leader keeps it in the configuration for Policy.FailedGracePeriod
+	// (and for good below Policy.MinQuorum voters) instead of removing it
+	// at once. Consul calls this skip_leave_on_interrupt.
+	SkipLeaveOnShutdown bool
 	// NonVoter asks the leader to keep this node a non-voter.
 	NonVoter bool
 
@@ -252,6 +264,7 @@ func (c Config) withDefaults() (Config, error) {
 	defDur(&c.ApplyTimeout, 5*time.Second)
 	defDur(&c.LeaderWaitTimeout, 3*time.Second)
 	defDur(&c.ShutdownTimeout, 5*time.Second)
+	defDur(&c.StopTimeout, 30*time.Second)
 	defDur(&c.ReconcileInterval, time.Second)
 	for _, d := range []struct {
 		what string
@@ -261,7 +274,8 @@ func (c Config) withDefaults() (Config, error) {
 		{"leader lease timeout", c.LeaderLeaseTimeout}, {"commit timeout", c.CommitTimeout},
 		{"snapshot interval", c.SnapshotInterval}, {"request timeout", c.RequestTimeout},
 		{"apply timeout", c.ApplyTimeout}, {"leader wait timeout", c.LeaderWaitTimeout},
-		{"shutdown timeout", c.ShutdownTimeout}, {"reconcile interval", c.ReconcileInterval},
+		{"shutdown timeout", c.ShutdownTimeout}, {"stop timeout", c.StopTimeout},
+		{"reconcile interval", c.ReconcileInterval},
 	} {
 		if d.d < 0 {
 			return bad("%s %v < 0", d.what, d.d)
@@ -270,6 +284,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Policy == (membership.Policy{}) {
 		c.Policy = membership.DefaultPolicy()
 	}
+	if err := validatePolicy(c.Policy); err != nil {
+		return bad("%v", err)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -277,6 +294,26 @@ func (c Config) withDefaults() (Config, error) {
 		c.Now = time.Now
 	}
 	return c, nil
+}
+
+// validatePolicy reports the first setting of p that makes no sense.
+func validatePolicy(p membership.Policy) error {
+	switch {
+	case p.FailedGracePeriod < 0:
+		return fmt.Errorf("dead-server grace period %v < 0", p.FailedGracePeriod)
+	case p.StabilizationTime < 0:
+		return fmt.Errorf("stabilization time %v < 0", p.StabilizationTime)
+	case p.MaxLastContact < 0:
+		return fmt.Errorf("max last contact %v < 0", p.MaxLastContact)
+	case p.MinQuorum < 0:
+		return fmt.Errorf("minimum voters %d < 0", p.MinQuorum)
+	case p.MaxVoters < 0:
+		return fmt.Errorf("maximum voters %d < 0 (0 means no cap)", p.MaxVoters)
+	case p.MaxVoters > 0 && p.MaxVoters-1+p.MaxVoters%2 < p.MinQuorum:
+		return fmt.Errorf("maximum voters %d (%d once rounded down to odd) is below the minimum voters %d",
+			p.MaxVoters, p.MaxVoters-1+p.MaxVoters%2, p.MinQuorum)
+	}
+	return nil
 }
 
 // raftConfig returns the raft configuration of the node.

@@ -18,7 +18,14 @@
 // the node announces its leave in gossip (the leader's reconcile loop then
 // removes it from the configuration), a leader hands leadership to another
 // voter, the gRPC server drains, and raft, gossip, the stores and the
-// engine close, the lock last.
+// engine close, the lock last. Those closing steps share one deadline,
+// Config.StopTimeout: a step still running then (raft's shutdown waits for
+// its FSM goroutine, for one) is abandoned and logged, its resources left
+// open, and the lock is released anyway (ErrStopIncomplete). No goroutine
+// of the node waits on a raft future without also watching the node's
+// context (Node.waitRaft): raft never completes a future still queued when
+// it shuts down, and a new leader's barrier queued as all three nodes of a
+// cluster stopped at once hung Shutdown that way.
 //
 // # Raft
 //
@@ -95,6 +102,42 @@
 // DataDir/gossip-peers and adds them to its Join seeds on the next start,
 // so a restarted node finds its cluster without --join.
 //
+// # Departed servers
+//
+// A leader removes a server whose member left gracefully. A new leader whose
+// gossip has not yet heard of that leave (gossip is eventually consistent;
+// the leave may have reached only the old leader) still sees the server's
+// last run alive and, before departure records, added it back as a
+// non-voter until the leave reached it. So the removal's reason must
+// outlive the leader that saw it, and the one channel every later leader
+// is guaranteed to share with the old one is the raft log: a later leader
+// holds every committed entry.
+//
+// Each run of a node gossips an incarnation (membership.Meta.Incarnation:
+// its start time in milliseconds, above the previous run's, kept in
+// DataDir/incarnation). Before it removes a server for leaving, the leader
+// commits a departure record (server ID, incarnation it left with) as a
+// raft LogCommand entry with empty Data and the record in Extensions (the
+// format is in departed.go), and only then applies the removal; a leader
+// that has the removal therefore has the record. Reconcile (Input.Departed)
+// does not add a server with a record back until gossip shows it with a
+// newer incarnation, that is until it restarted and rejoined.
+//
+// The record is applied by this package's FSM wrapper, not the engine's
+// FSM: the wrapper keeps the records in DataDir/departed (one "ID
+// incarnation" line per server, at most 1024, the oldest run dropped
+// first) and hands the engine a LogNoop in the entry's place, so the
+// engine's applied index moves over it and its state is unchanged. A node
+// of an older version hands the entry to its engine, which answers an
+// empty command with an invalid-argument result and changes nothing. Why
+// not a command of package fsm: the record is cluster bookkeeping the
+// engine has no use for, and a new command type would need a new log and
+// snapshot format there. The cost: the engine's snapshots do not carry the
+// records, so a node that receives a snapshot (a new node, or one far
+// behind) lacks the records compacted into it. That matters only if such a
+// node becomes leader while its gossip view of an old leave is still stale,
+// an unlikely case whose effect is the old, transient re-add.
+//
 // # Writes
 //
 // A write is validated (fsm.Validate: empty key, key over 64 KiB, value
@@ -130,7 +173,9 @@
 // Requests fail with gRPC statuses: InvalidArgument (bad request);
 // Unavailable with a cairnpb.NotLeader detail (no leader known, leadership
 // lost during the request, the hop limit, a halted or closed state
-// machine); DeadlineExceeded (the request's deadline, raft's enqueue
+// machine); Unavailable without a detail for a leadership transfer that did
+// not happen (raft's transfer timed out, or another was in progress:
+// leadership stayed where it was, and a retry may succeed); DeadlineExceeded (the request's deadline, raft's enqueue
 // timeout); ResourceExhausted (a message over the size limit; a write whose
 // deadline passed while committed entries waited for a stalled engine);
 // AlreadyExists (a duplicate of an applied write whose result the session
@@ -163,6 +208,8 @@
 //	  LOCK               flock held while the node runs
 //	  node-id            the node's ID, checked on every start
 //	  gossip-peers       gossip addresses of the last known alive peers
+//	  incarnation        this run's gossip incarnation (Departed servers)
+//	  departed           departure records (Departed servers)
 //	  seed-incomplete    present while `cairn-node restore` runs (Start refuses)
 //	  raft/wal/          raft-wal log and stable store (segments, wal-meta.db)
 //	  raft/raft.db       or: raft-boltdb log and stable store

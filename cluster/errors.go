@@ -27,6 +27,10 @@ var (
 	// errFailedPrecondition marks an admin request the cluster's current
 	// state cannot satisfy (say, a leadership transfer with no other voter).
 	errFailedPrecondition = errors.New("cluster: failed precondition")
+	// errTransferNotDone: a leadership transfer did not happen (raft's
+	// transfer timed out, or another transfer was in progress) and
+	// leadership stayed where it was. Retryable: Unavailable.
+	errTransferNotDone = errors.New("cluster: leadership transfer did not complete")
 )
 
 // notLeaderError is the status of a request that needs the leader and could
@@ -50,6 +54,8 @@ func (n *Node) toStatus(err error) error {
 		return err
 	}
 	switch {
+	case errors.Is(err, errTransferNotDone):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrAbortedByRestore),
 		errors.Is(err, errBecameLeader):

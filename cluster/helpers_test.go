@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,9 +26,18 @@ import (
 
 var verbose = flag.Bool("cluster.log", false, "log the test nodes' output")
 
-// waitFor polls cond until it holds, failing the test after timeout.
+// waitSlack scales every waitFor timeout: the timeouts in the tests are
+// what an idle machine needs with room to spare, and the tests must also
+// pass on a loaded 2-core machine under -race (GOMAXPROCS=1, CPU hogs on
+// both cores), where everything takes several times longer. A timeout
+// only bounds how long a failing test takes to fail.
+const waitSlack = 4
+
+// waitFor polls cond until it holds, failing the test after timeout (times
+// waitSlack).
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout *= waitSlack
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
@@ -132,6 +142,12 @@ func (tc *testCluster) start(cfg Config, deps *Deps) *Node {
 		cfg.RaftAddr = "127.0.0.1:0"
 	}
 	tc.nodes[cfg.ID], tc.cfgs[cfg.ID], tc.deps[cfg.ID] = n, cfg, deps
+	// Stop the node before its data directory is removed: t.TempDir's
+	// cleanup (registered by testConfig, before this one) runs after
+	// this, whereas tc.close was registered before it and runs after the
+	// removal, which failed ("directory not empty") when a node still
+	// wrote.
+	tc.t.Cleanup(func() { n.kill() })
 	if c := tc.conns[cfg.ID]; c != nil {
 		c.Close()
 		delete(tc.conns, cfg.ID)
@@ -264,6 +280,15 @@ func (tc *testCluster) restart(id string) *Node {
 	tc.t.Helper()
 	cfg := tc.cfgs[id]
 	cfg.BootstrapExpect = 0
+	// Another process (tests run in parallel on a shared machine) may have
+	// taken the node's old gRPC port: then take a new one (clients find it
+	// through gossip). The raft address must stay: the configuration
+	// names it.
+	if l, err := net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		cfg.GRPCAddr = "127.0.0.1:0"
+	} else {
+		l.Close()
+	}
 	return tc.start(cfg, tc.deps[id])
 }
 
@@ -323,7 +348,7 @@ func retryable(err error) bool {
 func put(t testing.TB, c cairnpb.KVClient, key, value string) *cairnpb.PutResponse {
 	t.Helper()
 	req := &cairnpb.PutRequest{Key: []byte(key), Value: []byte(value), ClientId: "test-helper", Seq: helperSeq.Add(1)}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(15 * waitSlack * time.Second)
 	for {
 		resp, err := c.Put(ctxTimeout(t, 5*time.Second), req)
 		if err == nil {
@@ -338,7 +363,7 @@ func put(t testing.TB, c cairnpb.KVClient, key, value string) *cairnpb.PutRespon
 
 func get(t testing.TB, c cairnpb.KVClient, key string, cons cairnpb.Consistency) *cairnpb.GetResponse {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(15 * waitSlack * time.Second)
 	for {
 		resp, err := c.Get(ctxTimeout(t, 5*time.Second), &cairnpb.GetRequest{Key: []byte(key), Consistency: cons})
 		if err == nil {

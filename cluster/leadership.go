@@ -57,7 +57,10 @@ func (n *Node) leadershipLoop() {
 func (n *Node) establishLeadership(ctx context.Context) bool {
 	term := n.raft.CurrentTerm()
 	for attempt := 0; ; attempt++ {
-		err := n.raft.Barrier(n.cfg.ApplyTimeout).Error()
+		err := n.waitRaft(ctx, n.raft.Barrier(n.cfg.ApplyTimeout))
+		if ctx.Err() != nil {
+			return false
+		}
 		if err == nil {
 			if n.raft.CurrentTerm() != term || n.raft.State() != raft.Leader {
 				return false
@@ -114,9 +117,30 @@ func (n *Node) transferLeadership(ctx context.Context, id string) error {
 		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
 	}
 	if err := waitFuture(ctx, f); err != nil {
-		return err
+		return transferError(err, id)
 	}
 	_, err := n.WaitLeader(ctx)
+	return err
+}
+
+// transferError classifies the error of raft's leadership transfer to
+// target ("" for raft's choice). Two outcomes leave leadership where it was
+// and are worth retrying, so they wrap errTransferNotDone (Unavailable):
+// raft's transfer timed out (the target did not win an election within
+// ElectionTimeout of being told to start one, say on a loaded machine; raft
+// v1.7.3 reports this as an unexported "leadership transfer timeout"), or
+// another transfer was already in progress. The rest pass through.
+func transferError(err error, target string) error {
+	who := "the most up-to-date voter"
+	if target != "" {
+		who = target
+	}
+	switch {
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return fmt.Errorf("%w: another leadership transfer is in progress; leadership stays here for now, retry", errTransferNotDone)
+	case err.Error() == "leadership transfer timeout":
+		return fmt.Errorf("%w: timed out: %s did not win an election within raft's election timeout; leadership stays here, retry", errTransferNotDone, who)
+	}
 	return err
 }
 
@@ -130,6 +154,25 @@ func waitFuture(ctx context.Context, f raft.Future) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// waitRaft waits for f like waitFuture, and also gives up with
+// raft.ErrRaftShutdown once the node is stopping. A goroutine of the node
+// must not wait on a raft future without it: raft never completes a future
+// still queued in its apply channel when it shuts down, and such a wait
+// hung Shutdown (in n.wg.Wait) when a whole cluster stopped at once while a
+// new leader's barrier was queued.
+func (n *Node) waitRaft(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.ctx.Done():
+		return raft.ErrRaftShutdown
 	}
 }
 

@@ -251,13 +251,14 @@ func (n *Node) reconcileOnce(ctx context.Context, tracker *membership.Tracker) e
 		return err
 	}
 	conf, confIndex := cf.Configuration(), n.fsm.configIndex.Load()
-	members := n.disc.Members()
+	members := n.gossipView()
 	in := membership.Input{
 		Self:            raft.ServerID(n.cfg.ID),
 		Members:         members,
 		Config:          conf,
 		Progress:        n.collectProgress(ctx, conf),
 		LeaderLastIndex: n.raft.LastIndex(),
+		Departed:        n.fsm.departed.snapshot(),
 		Policy:          n.cfg.Policy,
 	}
 	in.Now = n.cfg.Now()
@@ -274,8 +275,27 @@ func (n *Node) reconcileOnce(ctx context.Context, tracker *membership.Tracker) e
 	for _, a := range actions {
 		n.log.Info("cluster: reconcile", "action", a.Kind.String(), "server", a.ID, "addr", a.Addr, "reason", a.Reason)
 	}
+	// Record every graceful departure before the removal: a later leader
+	// then has the record whenever it has the removal (doc.go, "Departed
+	// servers").
+	for _, a := range actions {
+		if a.Left {
+			if err := n.recordDeparture(ctx, string(a.ID), a.Incarnation); err != nil {
+				return err
+			}
+		}
+	}
 	_, err := n.applier.Apply(confIndex, actions)
 	return err
+}
+
+// gossipView returns the gossip view reconcile decides from: Discovery's,
+// unless a test replaced it (to stage a stale view).
+func (n *Node) gossipView() []membership.Member {
+	if f := n.testGossipView.Load(); f != nil {
+		return (*f)()
+	}
+	return n.disc.Members()
 }
 
 // collectProgress asks every configured server for its raft status (as

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,16 @@ var ErrNotStarted = errors.New("cluster: node not started")
 
 // ErrShutdown is returned by Start after Shutdown.
 var ErrShutdown = errors.New("cluster: node shut down")
+
+// minStepWait is the least time runBounded gives a step of stopping.
+const minStepWait = 500 * time.Millisecond
+
+// ErrStopIncomplete is wrapped by Shutdown's error when a step of stopping
+// the node (raft, gossip, the background loops, closing the stores) did not
+// finish within Config.StopTimeout and was abandoned. The data directory
+// is released anyway; abandoned goroutines may still hold its files open,
+// so the process should exit rather than start the node again.
+var ErrStopIncomplete = errors.New("cluster: node did not stop cleanly")
 
 // Node is one cairn server: a raft member whose state machine is an fsm.FSM,
 // discovered by its peers through memberlist, serving the KV and Cluster
@@ -59,6 +70,8 @@ type Node struct {
 	raftAddr   string // advertised
 	gossipAddr string // advertised
 	applier    *membership.Applier
+	// incarnation identifies this run in gossip (membership.Meta).
+	incarnation uint64
 
 	// readyTerm is the term in which this node, as leader, completed its
 	// barrier: from then on its commit index covers every entry committed
@@ -81,6 +94,9 @@ type Node struct {
 	progress atomic.Pointer[map[raft.ServerID]membership.ServerProgress]
 	// reconcileRounds counts reconcile rounds (for tests).
 	reconcileRounds atomic.Uint64
+	// testGossipView, if set, replaces the gossip view reconcile reads
+	// (tests stage a stale view with it).
+	testGossipView atomic.Pointer[func() []membership.Member]
 	// savedPeers is what savePeers last wrote.
 	savedPeers []string
 
@@ -176,6 +192,9 @@ func (n *Node) Start() (err error) {
 	}
 	n.raftAddr = string(trans.LocalAddr())
 	n.fwd = newForwarder(n.cfg.MaxValueSize)
+	if n.incarnation, err = nextIncarnation(c.DataDir, time.Now()); err != nil {
+		return err
+	}
 	if err := n.startGossip(); err != nil {
 		return err
 	}
@@ -214,7 +233,12 @@ func (n *Node) Start() (err error) {
 	if err != nil {
 		return err
 	}
-	n.fsm = &raftFSM{FSM: f, snaps: snaps}
+	departed, err := loadDeparted(c.DataDir)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	n.fsm = &raftFSM{FSM: f, snaps: snaps, departed: departed, log: n.log}
 	n.fsm.loadSnapshotConfigIndex()
 	restore, why, err := restoreOnStart(snaps, f)
 	if err != nil {
@@ -347,10 +371,11 @@ func (n *Node) startGossip() error {
 	}
 	mc := membership.Config{
 		Meta: membership.Meta{
-			ID:       c.ID,
-			RaftAddr: n.raftAddr,
-			GRPCAddr: n.grpcAddr,
-			NonVoter: c.NonVoter,
+			ID:          c.ID,
+			RaftAddr:    n.raftAddr,
+			GRPCAddr:    n.grpcAddr,
+			NonVoter:    c.NonVoter,
+			Incarnation: n.incarnation,
 		},
 		BindAddr:  host,
 		BindPort:  port,
@@ -376,11 +401,14 @@ func (n *Node) startGossip() error {
 }
 
 // Shutdown stops the node gracefully: it stops reporting healthy, announces
-// its leave to the cluster, hands leadership to another voter if it leads,
-// drains the gRPC server, and then stops raft and closes its stores and the
-// engine. ctx bounds the graceful steps (each is also bounded by
-// Config.ShutdownTimeout); the node is stopped in any case. Calling it again
-// does nothing.
+// its leave to the cluster (unless Config.SkipLeaveOnShutdown), hands
+// leadership to another voter if it leads, drains the gRPC server, and then
+// stops raft and closes its stores and the engine. ctx bounds the graceful steps (each is also bounded by
+// Config.ShutdownTimeout); the node is stopped in any case: the stopping
+// steps after them are bounded by Config.StopTimeout together, and a step
+// that does not finish by then is abandoned and logged, and the data
+// directory released regardless (the error wraps ErrStopIncomplete).
+// Calling it again does nothing.
 func (n *Node) Shutdown(ctx context.Context) error {
 	return n.stop(ctx, true)
 }
@@ -410,7 +438,7 @@ func (n *Node) stopLocked(ctx context.Context, graceful bool) error {
 	if n.health != nil {
 		n.health.Shutdown() // every service NOT_SERVING
 	}
-	if graceful && n.disc != nil {
+	if graceful && n.disc != nil && !n.cfg.SkipLeaveOnShutdown {
 		// Each of the leave's two broadcasts normally goes out within a
 		// gossip interval; if no peer is left to take it, do not wait long.
 		if err := n.disc.Leave(min(n.cfg.ShutdownTimeout, time.Second)); err != nil {
@@ -443,8 +471,21 @@ func (n *Node) stopLocked(ctx context.Context, graceful bool) error {
 		n.lis.Close()
 	}
 	n.cancel()
+
+	// From here on every step must finish by one deadline; a step that
+	// does not is abandoned (left running, its resources open) and logged,
+	// and the data directory is released all the same, so that the
+	// process can exit or a supervisor can start the node again.
+	deadline := time.Now().Add(n.cfg.StopTimeout)
+	var abandoned []string
+	raftStopped := true
 	if n.raft != nil {
-		if err := n.raft.Shutdown().Error(); err != nil {
+		done, err := runBounded(deadline, func() error { return n.raft.Shutdown().Error() })
+		switch {
+		case !done:
+			raftStopped = false
+			abandoned = append(abandoned, "raft's shutdown (its goroutines, log store and state machine stay open)")
+		case err != nil:
 			errs = append(errs, fmt.Errorf("cluster: raft shutdown: %w", err))
 		}
 	}
@@ -452,34 +493,73 @@ func (n *Node) stopLocked(ctx context.Context, graceful bool) error {
 		// raft closes the listener; close the pooled connections too, so
 		// that peers' handlers of them (and ours of theirs) end.
 		n.netTrans.CloseStreams()
+		if !raftStopped {
+			n.netTrans.Close()
+		}
 	}
 	if n.disc != nil {
-		if err := n.disc.Shutdown(); err != nil {
+		done, err := runBounded(deadline, n.disc.Shutdown)
+		switch {
+		case !done:
+			abandoned = append(abandoned, "gossip's shutdown")
+		case err != nil:
 			errs = append(errs, err)
 		}
 	}
-	n.wg.Wait()
+	if done, _ := runBounded(deadline, func() error { n.wg.Wait(); return nil }); !done {
+		abandoned = append(abandoned, "the node's background loops")
+	}
 	if n.fwd != nil {
 		n.fwd.close()
 	}
-	for i := len(n.closers) - 1; i >= 0; i-- {
-		if err := n.closers[i].Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			errs = append(errs, fmt.Errorf("cluster: closing: %w", err))
+	if raftStopped {
+		for i := len(n.closers) - 1; i >= 0; i-- {
+			done, err := runBounded(deadline, n.closers[i].Close)
+			switch {
+			case !done:
+				abandoned = append(abandoned, fmt.Sprintf("closing %T", n.closers[i]))
+			case err != nil && !errors.Is(err, net.ErrClosed):
+				errs = append(errs, fmt.Errorf("cluster: closing: %w", err))
+			}
 		}
-	}
-	if n.fsm != nil {
-		if err := n.fsm.Close(); err != nil {
-			errs = append(errs, err)
+		if n.fsm != nil {
+			done, err := runBounded(deadline, n.fsm.Close)
+			switch {
+			case !done:
+				abandoned = append(abandoned, "closing the state machine")
+			case err != nil:
+				errs = append(errs, err)
+			}
 		}
 	}
 	if n.lock != nil {
 		n.lock.Close()
 	}
 	n.leaderChange.notify()
+	if len(abandoned) > 0 {
+		n.log.Error("cluster: node did not stop cleanly; released its data directory anyway", "stop_timeout", n.cfg.StopTimeout, "abandoned", strings.Join(abandoned, "; "))
+		errs = append(errs, fmt.Errorf("%w after %v: abandoned %s", ErrStopIncomplete, n.cfg.StopTimeout, strings.Join(abandoned, "; ")))
+	}
 	if len(errs) == 0 && n.started {
 		n.log.Info("cluster: node stopped", "graceful", graceful)
 	}
 	return errors.Join(errs...)
+}
+
+// runBounded runs fn and waits for it until deadline, or for at least
+// minStepWait (a step after an abandoned one still gets a chance). done
+// reports whether it returned (with err); if not, it is left running.
+func runBounded(deadline time.Time, fn func() error) (done bool, err error) {
+	ch := make(chan error, 1)
+	go func() { ch <- fn() }()
+	t := time.NewTimer(max(time.Until(deadline), minStepWait))
+	defer t.Stop()
+	select {
+	case err := <-ch:
+		return true, err
+	case <-t.C:
+		return false, nil
+	}
 }
 
 // hasOtherVoter reports whether the configuration has a voter besides
@@ -580,12 +660,18 @@ type raftFSM struct {
 	// beforeApply, if set, runs before each batch is applied (tests use it
 	// to stall the state machine).
 	beforeApply atomic.Pointer[func()]
+	// departed holds the departure records (departed.go): entries carrying
+	// one are recorded here and reach the engine's FSM as no-ops.
+	departed *departedSet
+	// log receives failures to persist a departure record.
+	log *slog.Logger
 }
 
 func (r *raftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	if h := r.beforeApply.Load(); h != nil {
 		(*h)()
 	}
+	logs = r.takeDepartures(logs)
 	results := r.FSM.ApplyBatch(logs)
 	for _, l := range logs {
 		if l.Type == raft.LogConfiguration {
@@ -593,6 +679,33 @@ func (r *raftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		}
 	}
 	return results
+}
+
+// takeDepartures records the departure records among logs and returns logs
+// with each of their entries replaced by a no-op copy (the engine's FSM
+// advances its applied index over it and keeps nothing). logs itself is not
+// modified.
+func (r *raftFSM) takeDepartures(logs []*raft.Log) []*raft.Log {
+	out, cloned := logs, false
+	for i, l := range logs {
+		if l.Type != raft.LogCommand || len(l.Extensions) == 0 {
+			continue
+		}
+		id, inc, ok := decodeDeparture(l.Extensions)
+		if !ok {
+			continue
+		}
+		if r.departed != nil {
+			if err := r.departed.record(id, inc); err != nil && r.log != nil {
+				r.log.Warn("cluster: keeping a departure record", "server", id, "err", err)
+			}
+		}
+		if !cloned {
+			out, cloned = slices.Clone(logs), true
+		}
+		out[i] = &raft.Log{Index: l.Index, Term: l.Term, Type: raft.LogNoop, AppendedAt: l.AppendedAt}
+	}
+	return out
 }
 
 // noteConfigIndex raises configIndex to index.

@@ -243,7 +243,9 @@ func TestStalledApplyIsResourceExhausted(t *testing.T) {
 	release := make(chan struct{})
 	stall := func() { <-release }
 	n.fsm.beforeApply.Store(&stall)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// The deadline must outlast the commit (on a loaded machine, more than
+	// 300ms): the write is then stalled in the state machine, not in raft.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	_, err := tc.kv(n).Put(ctx, &cairnpb.PutRequest{Key: []byte("k"), Value: []byte("v")})
 	if status.Code(err) != codes.ResourceExhausted {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,6 +74,7 @@ func TestPartitionedLeaderServesNoLinearizableRead(t *testing.T) {
 	var newAcked time.Time
 	ackedCh := make(chan time.Time, 1)
 	results := make(chan result, 10000)
+	var reads atomic.Int64 // reads completed
 	stop := make(chan struct{})
 	readerDone := make(chan struct{})
 	go func() {
@@ -90,6 +92,7 @@ func TestPartitionedLeaderServesNoLinearizableRead(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 			r, err := kv.Get(ctx, &cairnpb.GetRequest{Key: []byte("k")})
 			cancel()
+			reads.Add(1)
 			res := result{value: string(r.GetKv().GetValue()), err: err, start: start}
 			if !acked.IsZero() && start.After(acked) {
 				res.afterNewAck, res.sinceNewWait = true, start.Sub(acked)
@@ -130,7 +133,8 @@ func TestPartitionedLeaderServesNoLinearizableRead(t *testing.T) {
 	// Let the reader run against the old leader for a while (it steps
 	// down and knows no leader to forward to).
 	waitFor(t, 10*time.Second, "the old leader to step down", func() bool { return !old.IsLeader() })
-	time.Sleep(time.Second)
+	from := reads.Load()
+	waitFor(t, 20*time.Second, "5 more reads through the old leader", func() bool { return reads.Load() >= from+5 })
 	close(stop)
 	<-readerDone
 	close(results)

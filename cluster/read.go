@@ -96,7 +96,7 @@ func (n *Node) runReadBarriers() {
 			return
 		}
 		rb.mu.Unlock()
-		r.err = n.raft.Barrier(n.cfg.ApplyTimeout).Error()
+		r.err = n.waitRaft(context.Background(), n.raft.Barrier(n.cfg.ApplyTimeout))
 		close(r.done)
 	}
 }

@@ -19,21 +19,24 @@
 // memberlist gossips at most MetaMaxSize (512) bytes of metadata per node;
 // New refuses a Meta whose encoding is larger. Format version 1:
 //
-//	+---------+-------+----------------------+----------------------+----------------------+---------------+-----------
-//	| version | flags | uvarint len | ID     | uvarint len | raft   | uvarint len | gRPC   | varint        | extension
-//	| = 0x01  |       |             | bytes  |             | addr   |             | addr   | Version       | (ignored)
-//	+---------+-------+----------------------+----------------------+----------------------+---------------+-----------
-//	  1 byte    1 byte
+//	+---------+-------+----------------------+----------------------+----------------------+---------------+-------------+-----------
+//	| version | flags | uvarint len | ID     | uvarint len | raft   | uvarint len | gRPC   | varint        | uvarint     | extension
+//	| = 0x01  |       |             | bytes  |             | addr   |             | addr   | Version       | Incarnation | (ignored)
+//	+---------+-------+----------------------+----------------------+----------------------+---------------+-------------+-----------
+//	  1 byte    1 byte                                                                                         optional
 //
 //	flags: bit 0  leaving: the node announced a graceful leave (set by Leave)
 //	       bit 1  non-voter: Meta.NonVoter
 //	       bits 2-7 reserved: written as 0, ignored when read
 //
 // Lengths are unsigned LEB128 varints, Version a zig-zag varint
-// (encoding/binary). A reader rejects another version byte, a length running
-// past the end, or a Meta that fails Validate (empty ID, a raft address that
-// is not host:port, ...); it ignores bytes after Version, which is where a
-// later revision adds fields without a new version byte. A member whose
+// (encoding/binary). Incarnation was added after the first release in the
+// extension area: metadata that ends after Version has Incarnation 0, and
+// older readers ignore it. A reader rejects another version byte, a length
+// running past the end, a malformed Incarnation, or a Meta that fails
+// Validate (empty ID, a raft address that is not host:port, ...); it
+// ignores bytes after Incarnation, which is where a later revision adds
+// fields without a new version byte. A member whose
 // metadata is rejected is logged and left out of Members.
 //
 // # Left or failed
@@ -76,6 +79,11 @@
 //   - At most (V-1)/2 of V voters are removed per round, as raft-autopilot
 //     does: a leader that can still commit has lost no more than that, so
 //     a larger removal means the failure view is wrong.
+//   - A server removed for leaving is not added back on the word of an
+//     alive member of the same incarnation (Input.Departed): that is a
+//     stale view of the run that left, held by a leader that has not yet
+//     heard of the leave. The record is replicated by the caller (package
+//     cluster, doc.go "Departed servers") so that every later leader has it.
 //   - Raft refuses two servers with one address, so a server whose address a
 //     new alive member now uses is removed first (without the grace period:
 //     two processes cannot listen on one address) and the member added in

@@ -47,6 +47,13 @@ type Meta struct {
 	// replica): it is added to the configuration but never promoted, and
 	// demoted if it is a voter.
 	NonVoter bool
+	// Incarnation identifies one run of the node: a later run of a node
+	// gossips a larger one (package cluster uses the start time in
+	// milliseconds, above any it recorded before). A leader does not re-add
+	// a node it removed for leaving gracefully until gossip shows it with a
+	// larger Incarnation (Input.Departed). Zero means unknown (a node of an
+	// older version): such a member is never held back.
+	Incarnation uint64
 }
 
 // Validate reports whether m can be gossiped: required fields set, addresses
@@ -88,7 +95,8 @@ func (m Meta) encodedSize() int {
 		uvarintLen(uint64(len(m.ID))) + len(m.ID) +
 		uvarintLen(uint64(len(m.RaftAddr))) + len(m.RaftAddr) +
 		uvarintLen(uint64(len(m.GRPCAddr))) + len(m.GRPCAddr) +
-		varintLen(int64(m.Version))
+		varintLen(int64(m.Version)) +
+		uvarintLen(m.Incarnation)
 }
 
 // encodeMeta returns the wire form of m (doc.go) with the leaving flag as
@@ -107,7 +115,8 @@ func encodeMeta(m Meta, leaving bool) []byte {
 		buf = binary.AppendUvarint(buf, uint64(len(s)))
 		buf = append(buf, s...)
 	}
-	return binary.AppendVarint(buf, int64(m.Version))
+	buf = binary.AppendVarint(buf, int64(m.Version))
+	return binary.AppendUvarint(buf, m.Incarnation)
 }
 
 // decodeMeta parses and validates the wire form of a Meta. Bytes after the
@@ -142,12 +151,22 @@ func decodeMeta(buf []byte) (m Meta, leaving bool, err error) {
 	if int64(int(v)) != v {
 		return Meta{}, false, fmt.Errorf("%w: version %d out of range", ErrInvalidMeta, v)
 	}
+	rest = rest[k:]
+	// Incarnation is the first field of the extension area: metadata from
+	// a node of an older version ends before it (Incarnation 0).
+	var inc uint64
+	if len(rest) > 0 {
+		if inc, k = binary.Uvarint(rest); k <= 0 {
+			return Meta{}, false, fmt.Errorf("%w: bad incarnation", ErrInvalidMeta)
+		}
+	}
 	m = Meta{
-		ID:       fields[0],
-		RaftAddr: fields[1],
-		GRPCAddr: fields[2],
-		Version:  int(v),
-		NonVoter: flags&flagNonVoter != 0,
+		ID:          fields[0],
+		RaftAddr:    fields[1],
+		GRPCAddr:    fields[2],
+		Version:     int(v),
+		NonVoter:    flags&flagNonVoter != 0,
+		Incarnation: inc,
 	}
 	if err := m.Validate(); err != nil {
 		return Meta{}, false, err

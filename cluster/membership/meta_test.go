@@ -42,10 +42,18 @@ func TestMetaRoundTrip(t *testing.T) {
 
 func TestMetaEncodingIsStable(t *testing.T) {
 	// The format is shared by every node in a cluster: it must not drift.
-	got := encodeMeta(Meta{ID: "n1", RaftAddr: "a:1", GRPCAddr: "b:2", Version: -2, NonVoter: true}, true)
-	want := "\x01\x03\x02n1\x03a:1\x03b:2\x03"
+	m := Meta{ID: "n1", RaftAddr: "a:1", GRPCAddr: "b:2", Version: -2, NonVoter: true, Incarnation: 300}
+	got := encodeMeta(m, true)
+	want := "\x01\x03\x02n1\x03a:1\x03b:2\x03\xac\x02"
 	if string(got) != want {
 		t.Fatalf("encoding %q, want %q", got, want)
+	}
+	// What nodes wrote before Incarnation existed still decodes, with
+	// Incarnation 0.
+	old := "\x01\x03\x02n1\x03a:1\x03b:2\x03"
+	m.Incarnation = 0
+	if dec, leaving, err := decodeMeta([]byte(old)); err != nil || dec != m || !leaving {
+		t.Fatalf("decoding the format without Incarnation: %+v %v %v", dec, leaving, err)
 	}
 }
 
@@ -87,9 +95,15 @@ func TestMetaValidate(t *testing.T) {
 }
 
 func TestDecodeMetaRejects(t *testing.T) {
-	good := encodeMeta(Meta{ID: "n1", RaftAddr: "127.0.0.1:7000", GRPCAddr: "127.0.0.1:7379", Version: 1}, false)
-	// Every strict prefix is missing a field.
+	good := encodeMeta(Meta{ID: "n1", RaftAddr: "127.0.0.1:7000", GRPCAddr: "127.0.0.1:7379", Version: 1, Incarnation: 1 << 40}, false)
+	// Every strict prefix is missing a field or cuts Incarnation short,
+	// except the one that ends after Version (the format before
+	// Incarnation).
+	oldLen := len(good) - uvarintLen(1<<40)
 	for n := range len(good) {
+		if n == oldLen {
+			continue
+		}
 		if _, _, err := decodeMeta(good[:n]); !errors.Is(err, ErrInvalidMeta) {
 			t.Fatalf("prefix of %d bytes: err %v", n, err)
 		}

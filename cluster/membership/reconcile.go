@@ -55,6 +55,13 @@ type Action struct {
 	// otherwise.
 	Addr   raft.ServerAddress
 	Reason string
+	// Left is set on a RemoveServer of a server whose member left
+	// gracefully; Incarnation is then that member's Meta.Incarnation. The
+	// caller records the departure (Input.Departed) in replicated state
+	// before it removes the server, so that no later leader re-adds it on a
+	// stale gossip view.
+	Left        bool
+	Incarnation uint64
 }
 
 func (a Action) String() string {
@@ -165,7 +172,21 @@ type Input struct {
 	// the caller first saw them missing. A missing server without an entry
 	// counts as missing since Now.
 	MissingSince map[raft.ServerID]time.Time
-	Policy       Policy
+	// Departed holds the servers removed because they left gracefully,
+	// with the Meta.Incarnation they left with (replicated through raft by
+	// the caller, so every leader has it). Such a server is not added back
+	// while its member's Incarnation is at most that: a leader whose
+	// gossip has not yet heard of the leave still sees the old run alive.
+	Departed map[raft.ServerID]uint64
+	Policy   Policy
+}
+
+// heldBack reports whether m is a run of a server that departed (Input.Departed)
+// and has not rejoined since: its Incarnation is known and not newer than
+// the one it left with.
+func (in *Input) heldBack(m Member) bool {
+	inc, ok := in.Departed[raft.ServerID(m.ID)]
+	return ok && m.Incarnation != 0 && m.Incarnation <= inc
 }
 
 // serverView is Reconcile's working state for one configured server.
@@ -190,6 +211,15 @@ type serverView struct {
 
 func (s *serverView) voter() bool { return s.Suffrage == raft.Voter }
 
+// removal returns the RemoveServer action of a gone server.
+func (s *serverView) removal() Action {
+	a := Action{Kind: RemoveServer, ID: s.ID, Addr: s.Address, Reason: s.why}
+	if s.goneRank == 0 {
+		a.Left, a.Incarnation = true, s.member.Incarnation
+	}
+	return a
+}
+
 // aliveMember reports whether s has a member that is alive and not leaving.
 func (s *serverView) aliveMember() bool {
 	return s.hasMember && s.member.State == StateAlive && !s.member.Leaving
@@ -213,7 +243,10 @@ func (s *serverView) aliveMember() bool {
 //     round: a leader that can commit has lost no more than that.
 //  3. An alive member that is not leaving, not Self, and whose raft address
 //     is free (or freed in this round) is added as a non-voter if not
-//     configured, or gets an UpdateAddress if configured elsewhere.
+//     configured, or gets an UpdateAddress if configured elsewhere; but a
+//     member not configured that departed (Departed) is added only once
+//     gossip shows a newer Incarnation (it rejoined). Removals for a
+//     graceful leave carry the member's Incarnation (Action.Left).
 //  4. Voters whose member asks to be a non-voter (Meta.NonVoter) are demoted,
 //     floor permitting. A round that demotes does not promote.
 //  5. Otherwise non-voters whose member is alive, not leaving and not
@@ -250,7 +283,7 @@ func Reconcile(in Input) []Action {
 		var failedWhat string
 		switch {
 		case s.hasMember && s.member.State == StateLeft:
-			s.gone, s.goneRank, s.why = true, 0, "left gracefully"
+			s.gone, s.goneRank, s.why = true, 0, fmt.Sprintf("left gracefully (incarnation %d)", s.member.Incarnation)
 			continue
 		case s.hasMember && s.member.State == StateDead:
 			s.since = s.member.StateChangedAt
@@ -295,6 +328,8 @@ func Reconcile(in Input) []Action {
 				continue
 			}
 			w.kind, w.from = UpdateAddress, s.Address
+		} else if in.heldBack(m) {
+			continue // departed; this is a stale view of its last run
 		}
 		if claimed[addr] {
 			continue // another alive member claims it too; the first by ID wins
@@ -333,7 +368,7 @@ func Reconcile(in Input) []Action {
 		}
 		if !s.voter() {
 			s.removed, s.touched = true, true
-			actions = append(actions, Action{Kind: RemoveServer, ID: s.ID, Addr: s.Address, Reason: s.why})
+			actions = append(actions, s.removal())
 			continue
 		}
 		goneVoters = append(goneVoters, s)
@@ -349,7 +384,7 @@ func Reconcile(in Input) []Action {
 		}
 		s.removed, s.touched = true, true
 		v--
-		actions = append(actions, Action{Kind: RemoveServer, ID: s.ID, Addr: s.Address, Reason: s.why})
+		actions = append(actions, s.removal())
 	}
 	removals := len(actions)
 

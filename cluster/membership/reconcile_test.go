@@ -92,9 +92,10 @@ func formatConfig(cfg raft.Configuration) string {
 //	self n1                          (default n1)
 //	leader-last-index 1000
 //	server <id> voter|nonvoter [addr]
-//	member <id> alive|suspect|dead|left <changed> [raft=addr] [leaving] [nonvoter]
+//	member <id> alive|suspect|dead|left <changed> [raft=addr] [leaving] [nonvoter] [inc=N]
 //	progress <id> last=<index> contact=<time> [healthy] [stable=<time>]
 //	missing <id> <since>
+//	departed <id> <incarnation>      (removed for leaving, Input.Departed)
 func parseReconcileInput(c *ddCase) (Input, error) {
 	in := Input{
 		Self: "n1",
@@ -206,6 +207,8 @@ func parseReconcileInput(c *ddCase) (Input, error) {
 					m.Leaving = true
 				case opt == "nonvoter":
 					m.NonVoter = true
+				case strings.HasPrefix(opt, "inc="):
+					m.Incarnation, err = strconv.ParseUint(strings.TrimPrefix(opt, "inc="), 10, 64)
 				default:
 					err = fmt.Errorf("option %q", opt)
 				}
@@ -235,6 +238,13 @@ func parseReconcileInput(c *ddCase) (Input, error) {
 				}
 			}
 			in.Progress[raft.ServerID(f[1])] = p
+		case "departed":
+			if err = need(3); err == nil {
+				if in.Departed == nil {
+					in.Departed = map[raft.ServerID]uint64{}
+				}
+				in.Departed[raft.ServerID(f[1])], err = strconv.ParseUint(f[2], 10, 64)
+			}
 		case "missing":
 			if err = need(3); err == nil {
 				var since time.Time

@@ -444,6 +444,12 @@ func newLeaderCmd(g *globals) *cobra.Command {
 	transfer := &cobra.Command{
 		Use:   "transfer [ID]",
 		Short: "Hand leadership to another voter (the most up-to-date one if no ID)",
+		Long: `Hand leadership to another voter (the most up-to-date one if no ID).
+
+A transfer that does not happen (raft's transfer times out because the target
+did not win its election in time, or another transfer is in progress) leaves
+leadership where it was and is reported as unavailable; the command retries it
+until --timeout and then reports the last attempt's error.`,
 		Example: `  cairn leader transfer
   cairn leader transfer n2`,
 		Args: usageArgs(cobra.MaximumNArgs(1)),

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,8 +38,12 @@ func nodeConfig(dir, id string) cluster.Config {
 	return cluster.Config{
 		ID: id, DataDir: filepath.Join(dir, id),
 		GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
-		HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond,
-		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
+		// raft's defaults: these tests kill no leader, so fast elections
+		// buy nothing, and shorter timeouts made elections churn and
+		// leadership transfers time out under -race on a loaded 2-core
+		// machine (150ms did; 300ms still did with CPU hogs).
+		HeartbeatTimeout: time.Second, ElectionTimeout: time.Second,
+		LeaderLeaseTimeout: 500 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
 		RequestTimeout: 5 * time.Second, LeaderWaitTimeout: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
 		ReconcileInterval: 100 * time.Millisecond,
 		Policy: membership.Policy{FailedGracePeriod: time.Minute, MinQuorum: 3, CatchUpThreshold: 256,
@@ -158,6 +163,11 @@ func cairn(t testing.TB, stdin string, args ...string) result {
 	if !hasEndpoints && os.Getenv(envEndpoints) == "" {
 		args = append([]string{"--endpoints", endpoints(testNodes(t))}, args...)
 	}
+	// A generous deadline unless the test sets one: on a loaded machine an
+	// election can outlast the default 5s.
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--timeout") }) {
+		args = append([]string{"--timeout", "30s"}, args...)
+	}
 	code := run(args, strings.NewReader(stdin), &out, &errb)
 	return result{out.String(), errb.String(), code}
 }
@@ -173,8 +183,9 @@ func ok(t testing.TB, stdin string, args ...string) string {
 }
 
 // stopNodes shuts the nodes down in parallel, giving up after timeout
-// (reporting false): a node's raft.Shutdown has been seen to hang when the
-// whole cluster stops at once, and a test binary must not hang with it.
+// (reporting false): a test binary must not hang on a node that does not
+// stop (a whole cluster stopping at once used to hang one, see
+// cluster.TestConcurrentShutdown).
 func stopNodes(nodes []*cluster.Node, timeout time.Duration) bool {
 	done := make(chan struct{})
 	go func() {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/cluster"
+	"github.com/cairnkv/cairn/cluster/membership"
 	"github.com/cairnkv/cairn/lsm"
 )
 
@@ -34,6 +35,7 @@ type options struct {
 	logLevel                                string
 	configFile                              string
 	raftStorage                             raftStorageFlags
+	policy                                  policyFlags
 	fs                                      *flag.FlagSet
 	explicitlySet                           map[string]bool // flags the command line or the file set
 }
@@ -59,6 +61,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.Var(&o.memtableSize, "memtable-size", "engine memtable size, e.g. 64MiB")
 	o.cacheSize = 64 << 20
 	fs.Var(&o.cacheSize, "cache-size", "engine block cache size, e.g. 1GiB")
+	o.policy.register(fs)
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.configFile, "config", "", "JSON file of flag values (keys are flag names; command-line flags win)")
 	o.raftStorage.register(fs)
@@ -197,8 +200,10 @@ func (o *options) clusterConfig(stderr io.Writer) (cluster.Config, error) {
 			MemTableSizeBytes: int64(o.memtableSize),
 			CacheSizeBytes:    int64(o.cacheSize),
 		},
-		Logger:       logger,
-		RaftLogLevel: max(level, slog.LevelInfo),
+		Policy:              o.policy.policy(),
+		SkipLeaveOnShutdown: !o.policy.leaveOnStop,
+		Logger:              logger,
+		RaftLogLevel:        max(level, slog.LevelInfo),
 	}
 	o.raftStorage.apply(&cfg)
 	return cfg, nil
@@ -246,6 +251,44 @@ func (r *raftStorageFlags) apply(c *cluster.Config) {
 	c.SnapshotInterval = r.snapshotInterval
 	c.TrailingLogs = r.trailingLogs
 	c.SnapshotRetain = r.snapshotRetain
+}
+
+// policyFlags are the operator's membership policy: how the leader's
+// reconcile loop grows and shrinks the raft configuration
+// (membership.Policy), and whether a graceful stop leaves it. The policy in
+// force is the leader's, so set these alike on every node; leave-on-stop is
+// each node's own.
+type policyFlags struct {
+	deadServerGrace   time.Duration
+	minVoters         int
+	maxVoters         int
+	stabilizationTime time.Duration
+	leaveOnStop       bool
+}
+
+func (p *policyFlags) register(fs *flag.FlagSet) {
+	def := membership.DefaultPolicy()
+	fs.DurationVar(&p.deadServerGrace, "dead-server-grace", def.FailedGracePeriod,
+		"membership: how long a server that failed (gossip says dead, or it is unknown to gossip) stays in the raft configuration before the leader removes it; it is never removed while raft still reaches it, nor below --min-voters")
+	fs.IntVar(&p.minVoters, "min-voters", def.MinQuorum,
+		"membership: the leader never removes or demotes voters below this many (so with the default 3, a failed voter of a 3-voter cluster stays a voter until it returns or is removed by hand); 0 allows shrinking to the leader alone")
+	fs.IntVar(&p.maxVoters, "max-voters", def.MaxVoters,
+		"membership: at most this many voters (an even number counts as the odd one below it); other members stay non-voters, read replicas that take over when a voter goes; 0 means no cap")
+	fs.DurationVar(&p.stabilizationTime, "stabilization-time", def.StabilizationTime,
+		"membership: how long a non-voter must have been healthy and caught up before the leader promotes it to voter")
+	fs.BoolVar(&p.leaveOnStop, "leave-on-stop", true,
+		"membership: a graceful stop (SIGTERM, SIGINT) announces a leave, and the leader removes the node from the configuration at once (floor permitting); with false, a stop looks like a failure: the node stays for --dead-server-grace, as for a restart")
+}
+
+// policy returns the reconcile policy the flags describe; the settings
+// without a flag keep their defaults.
+func (p *policyFlags) policy() membership.Policy {
+	pol := membership.DefaultPolicy()
+	pol.FailedGracePeriod = p.deadServerGrace
+	pol.MinQuorum = p.minVoters
+	pol.MaxVoters = p.maxVoters
+	pol.StabilizationTime = p.stabilizationTime
+	return pol
 }
 
 // listFlag is a comma-separated list; repeating the flag appends.

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cairnkv/cairn/cluster/membership"
 )
 
 // syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
@@ -102,6 +104,8 @@ func TestErrorsAreOneLine(t *testing.T) {
 		{"port in use", []string{"--id", "t", "--data-dir", filepath.Join(dir, "d1"), "--grpc-addr", l.Addr().String()}, 1, "address already in use"},
 		{"argument", []string{"extra"}, 2, "unexpected argument"},
 		{"health flag", []string{"health", "--nope"}, 2, "flag provided but not defined"},
+		{"voter cap below floor", []string{"--max-voters", "2", "--data-dir", filepath.Join(dir, "d2")}, 2, "maximum voters 2 (1 once rounded down to odd) is below the minimum voters 3"},
+		{"negative grace", []string{"--dead-server-grace", "-1s", "--data-dir", filepath.Join(dir, "d3")}, 2, "dead-server grace period -1s < 0"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), c.args, &stdout, &stderr)
@@ -154,6 +158,48 @@ func TestParseSize(t *testing.T) {
 	for _, in := range []string{"", "MiB", "-1", "1TiB", "99999999999999999999", "8GiBx"} {
 		if _, err := parseSize(in); err == nil {
 			t.Errorf("parseSize(%q) succeeded", in)
+		}
+	}
+}
+
+// The membership policy flags (and the config file's keys of the same
+// names) reach the cluster configuration's reconcile policy; the defaults
+// are membership.DefaultPolicy and leaving on stop.
+func TestMembershipPolicyFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	o, err := parseFlags(nil, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := o.clusterConfig(&stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Policy != membership.DefaultPolicy() || cfg.SkipLeaveOnShutdown {
+		t.Fatalf("defaults: policy %+v, skip leave %v", cfg.Policy, cfg.SkipLeaveOnShutdown)
+	}
+	name := filepath.Join(t.TempDir(), "node.json")
+	os.WriteFile(name, []byte(`{"stabilization-time": "3s", "max-voters": 7, "leave-on-stop": false}`), 0o644)
+	o, err = parseFlags([]string{"--config", name, "--dead-server-grace", "90s", "--min-voters", "2", "--max-voters", "9"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = o.clusterConfig(&stderr); err != nil {
+		t.Fatal(err)
+	}
+	want := membership.DefaultPolicy()
+	want.FailedGracePeriod, want.MinQuorum, want.MaxVoters, want.StabilizationTime = 90*time.Second, 2, 9, 3*time.Second
+	if cfg.Policy != want || !cfg.SkipLeaveOnShutdown {
+		t.Fatalf("policy %+v, skip leave %v; want %+v, true", cfg.Policy, cfg.SkipLeaveOnShutdown, want)
+	}
+	// The help text documents every one of them.
+	var help bytes.Buffer
+	if _, err := parseFlags([]string{"-h"}, &help); err == nil {
+		t.Fatal("-h: no ErrHelp")
+	}
+	for _, f := range []string{"-dead-server-grace", "-min-voters", "-max-voters", "-stabilization-time", "-leave-on-stop"} {
+		if !strings.Contains(help.String(), f) {
+			t.Errorf("--help lacks %s", f)
 		}
 	}
 }
