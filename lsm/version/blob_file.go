@@ -35,7 +35,9 @@ type BlobFileMetadata struct {
 }
 
 // LiveBytes returns the record bytes not yet known to be garbage.
-func (m *BlobFileMetadata) LiveBytes() uint64 { return m.RecordBytes - min(m.GarbageBytes, m.RecordBytes) }
+func (m *BlobFileMetadata) LiveBytes() uint64 {
+	return m.RecordBytes - min(m.GarbageBytes, m.RecordBytes)
+}
 
 // GarbageRatio returns the fraction of the file's record bytes that is
 // garbage.

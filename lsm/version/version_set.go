@@ -116,9 +116,9 @@ type VersionSet struct {
 		// obsoleteTables are table files no live version contains;
 		// obsoleteManifests are manifests CURRENT no longer names. Drained
 		// by ObsoleteFiles and ObsoleteManifests.
-		obsoleteTables    []base.FileNum
+		obsoleteTables []base.FileNum
 		// obsoleteBlobs are blob files no live version contains.
-		obsoleteBlobs []base.FileNum
+		obsoleteBlobs     []base.FileNum
 		obsoleteManifests []base.FileNum
 	}
 }
