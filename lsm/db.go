@@ -38,6 +38,7 @@ type DB struct {
 	cache   *cache.Cache
 	cacheID uint64
 	tables  *tableCache
+	blobs   blobStore
 	lock    io.Closer
 
 	// visibleSeq is the snapshot of the latest state: readers see writes
@@ -97,6 +98,9 @@ type filterCounters struct{ checked, useful atomic.Int64 }
 type dbStats struct {
 	flushes, compactions       int64
 	flushBytes                 int64
+	blobBytesWritten           int64
+	blobGCBytesRead            int64
+	blobGCBytesWritten         int64
 	compactionBytesRead        int64
 	compactionBytesWritten     int64
 	bytesIngested              int64 // user bytes written (batch reprs)
@@ -204,7 +208,7 @@ func (d *DB) Close() error {
 	d.mu.Lock()
 	errs = append(errs, d.mu.versions.Close())
 	d.mu.Unlock()
-	errs = append(errs, d.tables.close(), d.lock.Close())
+	errs = append(errs, d.tables.close(), d.closeBlobStore(), d.lock.Close())
 	return errors.Join(errs...)
 }
 

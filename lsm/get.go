@@ -50,7 +50,7 @@ func (d *DB) get(key []byte, snap base.SeqNum) ([]byte, error) {
 	h := filter.Hash(key)
 	for _, m := range rs.mems {
 		if v, kind, seq, ok := m.get(key, snap, h); ok {
-			return resolveGet(v, kind, seq, tombSeq)
+			return d.resolveGet(rs, key, v, kind, seq, tombSeq)
 		}
 	}
 	v := rs.version
@@ -63,7 +63,7 @@ func (d *DB) get(key []byte, snap base.SeqNum) ([]byte, error) {
 		if val, kind, seq, ok, err := d.tableGet(f, key, snap, h); err != nil {
 			return nil, err
 		} else if ok {
-			return resolveGet(val, kind, seq, tombSeq)
+			return d.resolveGet(rs, key, val, kind, seq, tombSeq)
 		}
 	}
 	for level := 1; level < version.NumLevels; level++ {
@@ -74,13 +74,13 @@ func (d *DB) get(key []byte, snap base.SeqNum) ([]byte, error) {
 		if val, kind, seq, ok, err := d.tableGet(f, key, snap, h); err != nil {
 			return nil, err
 		} else if ok {
-			return resolveGet(val, kind, seq, tombSeq)
+			return d.resolveGet(rs, key, val, kind, seq, tombSeq)
 		}
 	}
 	return nil, ErrNotFound
 }
 
-func resolveGet(v []byte, kind base.Kind, seq, tombSeq base.SeqNum) ([]byte, error) {
+func (d *DB) resolveGet(rs *readState, key, v []byte, kind base.Kind, seq, tombSeq base.SeqNum) ([]byte, error) {
 	if seq < tombSeq {
 		return nil, ErrNotFound
 	}
@@ -89,6 +89,19 @@ func resolveGet(v []byte, kind base.Kind, seq, tombSeq base.SeqNum) ([]byte, err
 		return bytes.Clone(v), nil
 	case base.KindDelete:
 		return nil, ErrNotFound
+	case base.KindBlobIndex:
+		// Cache first (see blobValue); the value is copied once, from
+		// the cache's memory into the result.
+		h, err := d.blobValue(rs.version, key, v, nil)
+		if err != nil {
+			return nil, err
+		}
+		out := bytes.Clone(h.Value())
+		if out == nil {
+			out = []byte{}
+		}
+		h.Release()
+		return out, nil
 	}
 	return nil, base.CorruptionErrorf("entry of kind %s where a value was expected", kind)
 }

@@ -128,6 +128,15 @@ func (h Handle) Value() []byte {
 	return h.e.value
 }
 
+// Record returns the whole verified record the value belongs to (lengths,
+// key, value, CRC), a view valid until Release.
+func (h Handle) Record() []byte {
+	if h.e == nil {
+		return nil
+	}
+	return h.e.buf.b
+}
+
 // Release drops the handle's reference. Call it exactly once.
 func (h Handle) Release() {
 	if h.e != nil && h.e.refs.Add(-1) == 0 {
@@ -268,6 +277,32 @@ func (c *Cache) EvictFile(id uint64, fileNum base.FileNum) {
 		for j := 0; j < len(s.ring); {
 			x := s.ring[j]
 			if x.key.id == id && x.key.fileNum == fileNum {
+				s.removeLocked(x)
+				victims = append(victims, x)
+				continue
+			}
+			j++
+		}
+		s.mu.Unlock()
+		for _, x := range victims {
+			c.release(x)
+		}
+	}
+}
+
+// EvictAll drops every cached record of id (a DB closing that shares
+// the cache).
+func (c *Cache) EvictAll(id uint64) {
+	if c == nil {
+		return
+	}
+	for i := range c.shards {
+		s := &c.shards[i]
+		var victims []*cacheEntry
+		s.lock()
+		for j := 0; j < len(s.ring); {
+			x := s.ring[j]
+			if x.key.id == id {
 				s.removeLocked(x)
 				victims = append(victims, x)
 				continue
