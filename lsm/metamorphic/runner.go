@@ -39,6 +39,10 @@ type Stats struct {
 	// any single deeper level; DeepestLevel the deepest non-empty level.
 	MaxL0Files, MaxLevelFiles, DeepestLevel int
 	Reopens, Crashes, Checkpoints           int
+	// MaxBlobFiles is the most blob files seen in a version; BlobCacheHits
+	// the blob cache hits seen (key-value separation configs).
+	MaxBlobFiles  int
+	BlobCacheHits int64
 	// CrashesLosingWrites counts crashes that recovered fewer writes than
 	// were acknowledged (allowed for unsynced writes).
 	CrashesLosingWrites int
@@ -500,6 +504,8 @@ func (r *runner) recordMetrics(m *lsm.Metrics) {
 
 func (r *runner) noteLevels(m *lsm.Metrics) {
 	r.stats.MaxL0Files = max(r.stats.MaxL0Files, m.Levels[0].NumFiles)
+	r.stats.MaxBlobFiles = max(r.stats.MaxBlobFiles, m.Blob.Files)
+	r.stats.BlobCacheHits = max(r.stats.BlobCacheHits, m.Blob.Cache.Hits)
 	for l := 1; l < len(m.Levels); l++ {
 		if n := m.Levels[l].NumFiles; n > 0 {
 			r.stats.MaxLevelFiles = max(r.stats.MaxLevelFiles, n)
