@@ -584,6 +584,24 @@ var sweepConfigs = []struct {
 			Compression:           lsm.SnappyCompression,
 		},
 	},
+	{
+		// Key-value separation: failures hit blob file creation, writes,
+		// syncs, the directory sync before the manifest edit, blob reads
+		// on cache misses, and the deletion of blob files whose indexes
+		// compactions dropped.
+		name: "blob",
+		opts: lsm.Options{
+			MemTableSizeBytes:         64 << 10,
+			L0CompactionThreshold:     20,
+			L0SlowdownWritesThreshold: 40,
+			L0StopWritesThreshold:     40,
+			BlockSizeBytes:            512,
+			MinBlobSize:               100,
+			BlobTargetFileSizeBytes:   16 << 10,
+			BlobCacheSizeBytes:        -1,
+		},
+		deterministic: true,
+	},
 }
 
 func TestErrorInjectionSweep(t *testing.T) {
