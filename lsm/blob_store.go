@@ -238,17 +238,7 @@ func (s *blobSeparator) add(w *sst.Writer, ikey, value []byte) error {
 	if s == nil || len(value) < s.minSize || base.DecodeTrailer(ikey).Kind() != base.KindSet {
 		return w.Add(ikey, value)
 	}
-	if s.cur == nil {
-		s.d.mu.Lock()
-		s.curNum = s.d.mu.versions.NewFileNum()
-		s.d.mu.Unlock()
-		f, err := s.d.fs.Create(base.MakeFilepath(s.d.dirname, base.FileTypeBlob, s.curNum))
-		if err != nil {
-			return err
-		}
-		s.curFile, s.cur = f, blob.NewWriter(f, s.curNum)
-	}
-	x, err := s.cur.Add(base.UserKey(ikey), value)
+	x, err := s.addRecord(base.UserKey(ikey), value)
 	if err != nil {
 		return err
 	}
@@ -256,13 +246,30 @@ func (s *blobSeparator) add(w *sst.Writer, ikey, value []byte) error {
 	// The trailer is little-endian seq<<8|kind: its first byte is the kind.
 	s.keyBuf[len(s.keyBuf)-base.TrailerLen] = byte(base.KindBlobIndex)
 	s.valBuf = x.AppendEncoded(s.valBuf[:0])
-	if err := w.Add(s.keyBuf, s.valBuf); err != nil {
-		return err
+	return w.Add(s.keyBuf, s.valBuf)
+}
+
+// addRecord writes (key, value) to the current blob file, starting one if
+// needed, and returns its location.
+func (s *blobSeparator) addRecord(key, value []byte) (blob.Index, error) {
+	if s.cur == nil {
+		s.d.mu.Lock()
+		s.curNum = s.d.mu.versions.NewFileNum()
+		s.d.mu.Unlock()
+		f, err := s.d.fs.Create(base.MakeFilepath(s.d.dirname, base.FileTypeBlob, s.curNum))
+		if err != nil {
+			return blob.Index{}, err
+		}
+		s.curFile, s.cur = f, blob.NewWriter(f, s.curNum)
+	}
+	x, err := s.cur.Add(key, value)
+	if err != nil {
+		return blob.Index{}, err
 	}
 	if s.cur.Size() >= uint64(s.d.opts.BlobTargetFileSizeBytes) {
-		return s.finishCurrent()
+		return x, s.finishCurrent()
 	}
-	return nil
+	return x, nil
 }
 
 func (s *blobSeparator) finishCurrent() error {

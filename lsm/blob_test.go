@@ -100,6 +100,7 @@ func TestBlobSeparation(t *testing.T) {
 	cache := blob.NewCache(1 << 20)
 	o := blobTestOptions(fs, 64)
 	o.BlobCache = cache
+	o.BlobGCDiscardRatio = -1 // no GC: files must go by garbage accounting alone
 	d := mustOpen(t, "db", o)
 	model := map[string][]byte{}
 	for round := range 6 {
@@ -171,6 +172,7 @@ func TestBlobSeparation(t *testing.T) {
 func TestBlobReopenAndGarbage(t *testing.T) {
 	fs := vfs.NewMem()
 	o := blobTestOptions(fs, 100)
+	o.BlobGCDiscardRatio = -1
 	d := mustOpen(t, "db", o)
 	model := map[string][]byte{}
 	for i := range 200 {

@@ -109,6 +109,7 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 	}
 	d.updateReadStateLocked()
 	d.mu.bgCond.Broadcast()
+	d.maybeScheduleBlobGCLocked()
 	d.mu.Unlock()
 	d.deleteObsoleteFiles()
 	d.mu.Lock()

@@ -81,6 +81,8 @@ type DB struct {
 		stats             dbStats
 		// liveLogs are the WALs not yet deleted, ascending.
 		liveLogs []base.FileNum
+		// blobGC is blob GC's state (blob_gc.go).
+		blobGC blobGCState
 	}
 
 	// Filter probe counters: SST filters, and memtable filters of

@@ -85,6 +85,9 @@ func (d *DB) NewIter(o *IterOptions) (*Iterator, error) {
 	if rs == nil {
 		return nil, ErrClosed
 	}
+	if opts.Snapshot == nil && snap < rs.minLatestSeq {
+		snap = base.SeqNum(d.visibleSeq.Load()) // see readState.minLatestSeq
+	}
 	tombs, err := rs.tombstoneSets()
 	if err != nil {
 		rs.unref()

@@ -189,6 +189,7 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 	d.bgWG.Add(1)
 	go d.cleanerLoop()
 	d.maybeScheduleCompactionLocked()
+	d.maybeScheduleBlobGCLocked() // after deleteOrphans: GC creates files
 	return d, nil
 }
 

@@ -162,6 +162,21 @@ type Options struct {
 	BlobTargetFileSizeBytes int64
 	// MaxOpenBlobFiles bounds the blob file readers kept open. Default 256.
 	MaxOpenBlobFiles int
+	// BlobGCDiscardRatio: a background job rewrites the live records of a
+	// blob file once this fraction of its bytes is garbage (indexes that
+	// compactions dropped). Default 0.5; negative turns automatic blob GC
+	// off (DB.BlobGC still runs it on demand).
+	BlobGCDiscardRatio float64
+	// BlobMaxSpaceAmp: blob GC also runs, on the file with the most
+	// garbage, whenever the blob files' total size exceeds this multiple
+	// of their live bytes, so that space amplification stays bounded even
+	// when garbage is spread evenly below BlobGCDiscardRatio. Default
+	// 1.25 (see DefaultBlobMaxSpaceAmp).
+	BlobMaxSpaceAmp float64
+	// BlobGCBytesPerSec limits blob GC's reads plus writes, so that it
+	// does not starve foreground writes. Default 64 MiB/s; negative: no
+	// limit.
+	BlobGCBytesPerSec int64
 
 	// Logger receives background errors and events. Default: discard.
 	Logger *log.Logger
@@ -171,6 +186,13 @@ type Options struct {
 	// ErrorIfNotExists makes Open fail when the directory holds no DB.
 	ErrorIfNotExists bool
 }
+
+// DefaultBlobMaxSpaceAmp is the default BlobMaxSpaceAmp. Garbage that
+// compactions have not yet found (indexes shadowed by newer writes in
+// upper levels) is not counted, so the true ratio runs above the counted
+// one; 1.25 keeps a steady random overwrite under 1.5 (see
+// TestBlobSpaceAmpBounded).
+const DefaultBlobMaxSpaceAmp = 1.25
 
 // DefaultWALSyncRecordBytes is the default WALSyncRecordBytes.
 //
@@ -251,6 +273,15 @@ func (o *Options) withDefaults() (*Options, error) {
 	if c.MaxOpenBlobFiles == 0 {
 		c.MaxOpenBlobFiles = 256
 	}
+	if c.BlobGCDiscardRatio == 0 {
+		c.BlobGCDiscardRatio = 0.5
+	}
+	if c.BlobMaxSpaceAmp == 0 {
+		c.BlobMaxSpaceAmp = DefaultBlobMaxSpaceAmp
+	}
+	if c.BlobGCBytesPerSec == 0 {
+		c.BlobGCBytesPerSec = 64 << 20
+	}
 	if c.WALSyncRecordBytes == 0 {
 		c.WALSyncRecordBytes = DefaultWALSyncRecordBytes
 	}
@@ -288,6 +319,10 @@ func (o *Options) withDefaults() (*Options, error) {
 		return bad("BlobTargetFileSizeBytes", c.BlobTargetFileSizeBytes)
 	case c.MaxOpenBlobFiles < 1:
 		return bad("MaxOpenBlobFiles", c.MaxOpenBlobFiles)
+	case c.BlobGCDiscardRatio > 1:
+		return bad("BlobGCDiscardRatio", c.BlobGCDiscardRatio)
+	case c.BlobMaxSpaceAmp < 1:
+		return bad("BlobMaxSpaceAmp (minimum 1)", c.BlobMaxSpaceAmp)
 	case c.Compression > ZstdCompression:
 		return bad("Compression", c.Compression)
 	case c.WALRecovery != WALRecoverStrict && c.WALRecovery != WALRecoverPointInTime:
