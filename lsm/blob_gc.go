@@ -128,25 +128,22 @@ func (d *DB) BlobGC(minGarbageRatio float64) error {
 		d.mu.blobGC.running = false
 		d.mu.bgCond.Broadcast()
 	}()
-	done := map[base.FileNum]bool{}
-	for {
+	// The files there are now; GC's own outputs are not candidates.
+	var todo []base.FileNum
+	for _, c := range d.blobGCCandidatesLocked(minGarbageRatio) {
+		todo = append(todo, c.FileNum)
+	}
+	for _, n := range todo {
 		if d.mu.bgErr != nil {
 			return d.mu.bgErr
 		}
 		if d.mu.closing {
 			return ErrClosed
 		}
-		var m *version.BlobFileMetadata
-		for _, c := range d.blobGCCandidatesLocked(minGarbageRatio) {
-			if !done[c.FileNum] {
-				m = c
-				break
-			}
+		m, ok := d.mu.versions.Current().BlobFile(n)
+		if !ok || m.GarbageRatio() < minGarbageRatio || d.retiringLocked(n) {
+			continue
 		}
-		if m == nil {
-			break
-		}
-		done[m.FileNum] = true
 		if err := d.gcBlobFileLocked(m); err != nil {
 			return err
 		}
@@ -244,6 +241,9 @@ func (d *DB) gcBlobFileLocked(m *version.BlobFileMetadata) error {
 		d.updateReadStateLocked()
 	}
 	d.mu.Unlock()
+	if h := d.blobs.beforeGCCommit; h != nil {
+		h()
+	}
 	retireSeq, unused, err := d.gcCommitIndexes(cands)
 	if err == nil && d.opts.DisableWAL && len(cands) > 0 {
 		// Without a WAL the new indexes are durable only in tables.

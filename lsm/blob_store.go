@@ -25,6 +25,9 @@ type blobStore struct {
 	// reader up (the reader cache's mutex) before asking the blob cache.
 	// BenchmarkBlobGetCacheHit compares the two orders.
 	metadataFirst bool
+	// beforeGCCommit is a test hook run by blob GC between copying the
+	// live records and committing their new indexes.
+	beforeGCCommit func()
 }
 
 func (d *DB) initBlobStore() {
