@@ -31,9 +31,10 @@ import (
 //     still points at the old location. A concurrent write wins: its key
 //     is left alone, and its copied record is recorded as garbage of the
 //     new file at once;
-//  4. retires the old file: removes it from the version once no snapshot
-//     older than the rewrite exists (those could still read the old
-//     indexes). Reads of the latest state that loaded their sequence
+//  4. flushes, then retires the old file: removes it from the version once
+//     the new indexes are in tables (a checkpoint copies tables only) and
+//     no snapshot older than the rewrite exists (those could still read
+//     the old indexes). Reads of the latest state that loaded their sequence
 //     number before the rewrite reload it (readState.minLatestSeq). The
 //     file is deleted from disk when the last version holding it is
 //     released (iterators pin versions).
@@ -64,6 +65,11 @@ type blobRetiring struct {
 	fileNum base.FileNum
 	// seq is the first snapshot that sees the rewrite.
 	seq base.SeqNum
+	// mem is a memtable at least as new as the rewrite's last batch: the
+	// file is retired only once mem is flushed, so that every version
+	// without the file holds the new indexes in its tables (a checkpoint
+	// copies tables, not the WAL).
+	mem *memTable
 }
 
 // gcChunkKeys bounds the keys one conditional commit checks, so that
@@ -245,8 +251,12 @@ func (d *DB) gcBlobFileLocked(m *version.BlobFileMetadata) error {
 		h()
 	}
 	retireSeq, unused, err := d.gcCommitIndexes(cands)
-	if err == nil && d.opts.DisableWAL && len(cands) > 0 {
-		// Without a WAL the new indexes are durable only in tables.
+	d.mu.Lock()
+	mem := d.mu.mem
+	d.mu.Unlock()
+	if err == nil && len(cands) > 0 {
+		// Flush the new indexes into tables now, so that the old file can
+		// be retired (see blobRetiring.mem).
 		err = d.Flush()
 	}
 	d.mu.Lock()
@@ -263,7 +273,7 @@ func (d *DB) gcBlobFileLocked(m *version.BlobFileMetadata) error {
 	if err != nil {
 		return fmt.Errorf("lsm: blob GC of %s: committing new indexes: %w", m.FileNum, err)
 	}
-	d.mu.blobGC.retiring = append(d.mu.blobGC.retiring, blobRetiring{fileNum: m.FileNum, seq: retireSeq})
+	d.mu.blobGC.retiring = append(d.mu.blobGC.retiring, blobRetiring{fileNum: m.FileNum, seq: retireSeq, mem: mem})
 	d.mu.blobGC.runs++
 	return d.retireBlobFilesLocked()
 }
@@ -405,7 +415,7 @@ func (d *DB) retireBlobFilesLocked() error {
 	var keep []blobRetiring
 	minLatest := g.minLatestSeq
 	for _, r := range g.retiring {
-		if len(snaps) > 0 && slices.Min(snaps) < r.seq {
+		if (len(snaps) > 0 && slices.Min(snaps) < r.seq) || d.memUnflushedLocked(r.mem) {
 			keep = append(keep, r)
 			continue
 		}
@@ -428,6 +438,13 @@ func (d *DB) retireBlobFilesLocked() error {
 	d.deleteObsoleteFiles()
 	d.mu.Lock()
 	return nil
+}
+
+// memUnflushedLocked reports whether m is still the mutable memtable or
+// waits to be flushed.
+// REQUIRES: d.mu held.
+func (d *DB) memUnflushedLocked(m *memTable) bool {
+	return m == d.mu.mem || slices.Contains(d.mu.imm, m)
 }
 
 // rateLimiter paces a job to bytesPerSec (negative: no limit).

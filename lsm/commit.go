@@ -217,7 +217,9 @@ func (d *DB) buildGroupLocked() []*writer {
 	}
 	n := 1
 	for _, w := range d.mu.writers[1:] {
-		if (w.sync && !leader.sync) || w.precommit != nil {
+		// A writer without a batch is a Flush (or Checkpoint, BlobGC)
+		// waiting for commit leadership, not a write to take along.
+		if (w.sync && !leader.sync) || w.precommit != nil || w.batch == nil {
 			break
 		}
 		// The whole group must fit the memtable the leader made room in.

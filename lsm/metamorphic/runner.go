@@ -204,6 +204,12 @@ func (r *runner) exec(op Op) (string, error) {
 		}
 		r.markDurable()
 		return "ok", nil
+	case *blobGCOp:
+		// No markDurable: GC syncs the WAL only when it rewrites.
+		if err := r.db.BlobGC(o.minRatio); err != nil {
+			return "", r.failf("BlobGC: %v", err)
+		}
+		return "ok", nil
 	case *compactOp:
 		if err := r.db.Compact(o.start, o.end); err != nil {
 			return "", r.failf("Compact: %v", err)
