@@ -381,9 +381,11 @@ func (d *DB) gcCommitIndexes(cands []gcCandidate) (base.SeqNum, map[base.FileNum
 			return nil
 		})
 		if err != nil {
-			// Nothing of this chunk or later ones was committed: their
-			// copies are garbage of the new files.
-			for _, c := range append(chunk, cands...) {
+			// Later chunks were never written: their copies are garbage
+			// of the new files. This chunk's batch may have reached the
+			// WAL (a failed sync says nothing about what a reopen will
+			// replay), so its records must stay: at worst they leak.
+			for _, c := range cands {
 				g := unused[c.new.FileNum]
 				if g == nil {
 					g = &version.BlobGarbage{FileNum: c.new.FileNum}
