@@ -56,6 +56,11 @@ func options() *lsm.Options {
 	return &lsm.Options{
 		MinBlobSize:             minBlob,
 		BlobTargetFileSizeBytes: 32 << 10,
+		// Blob GC as eagerly as it goes, unthrottled, so that kills land
+		// in its copies, index commits and retirements too.
+		BlobGCDiscardRatio: 0.1,
+		BlobMaxSpaceAmp:    1.05,
+		BlobGCBytesPerSec:  -1,
 		MemTableSizeBytes:       64 << 10,
 		L0CompactionThreshold:   2,
 		TargetFileSizeBytes:     16 << 10,
@@ -92,6 +97,9 @@ func childMain(dir, seedStr string) int {
 			return 2
 		}
 		fmt.Fprintf(out, "ack %d\n", i)
+		if i%16 == 0 && options().MinBlobSize > 0 {
+			fmt.Fprintf(out, "gcbytes %d\n", db.Metrics().Blob.GCBytesWritten)
+		}
 	}
 	if err := db.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "child: Close: %v\n", err)
@@ -110,6 +118,8 @@ type childRun struct {
 	// killedAt describes when the kill was sent.
 	killedAt string
 	stderr   string
+	// gcBytes is the most blob GC bytes the child reported writing.
+	gcBytes int64
 }
 
 // runChild starts a child on dir with seed and kills it with SIGKILL
@@ -175,6 +185,9 @@ func runChild(t *testing.T, dir string, seed uint64, delay time.Duration, atComp
 					t.Fatalf("child printed %q after ack %d", line, res.lastAck)
 				}
 				res.lastAck = n
+			case strings.HasPrefix(line, "gcbytes "):
+				n, _ := strconv.ParseInt(line[8:], 10, 64)
+				res.gcBytes = max(res.gcBytes, n)
 			case strings.HasPrefix(line, "compact "):
 				if atCompaction {
 					time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
@@ -290,6 +303,7 @@ func runKill9(t *testing.T) {
 	dir := t.TempDir()
 	m := make(model) // the DB's state, as of the last verified round
 	var acks, inflightApplied, atCompaction, maxBlobFiles int
+	var gcWritten int64
 	for round := 0; round < *flagRounds; round++ {
 		seed := base + uint64(round)
 		delay := time.Duration(5+rng.IntN(296)) * time.Millisecond
@@ -322,6 +336,7 @@ func runKill9(t *testing.T) {
 				round, seed, res.lastAck+1, res.killedAt, err, preserve(t, dir))
 		}
 		maxBlobFiles = max(maxBlobFiles, db.Metrics().Blob.Files)
+		gcWritten += res.gcBytes
 		got, err := contents(db)
 		if err != nil {
 			db.Close()
@@ -349,7 +364,13 @@ func runKill9(t *testing.T) {
 	if acks == 0 {
 		t.Fatal("no child acknowledged any op: the test checked nothing")
 	}
-	if options().MinBlobSize > 0 && maxBlobFiles == 0 {
-		t.Fatal("key-value separation on, but no recovered DB had a blob file")
+	if options().MinBlobSize > 0 {
+		if maxBlobFiles == 0 {
+			t.Fatal("key-value separation on, but no recovered DB had a blob file")
+		}
+		t.Logf("blob GC: children reported %d bytes rewritten", gcWritten)
+		if gcWritten == 0 {
+			t.Fatal("no child ran blob GC: kills never hit it")
+		}
 	}
 }

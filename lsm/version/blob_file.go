@@ -73,7 +73,8 @@ func (m *BlobFileMetadata) validate() error {
 // applyBlobs applies the blob-file part of e to blobs (copied on first
 // change, since the base version's map is shared) and returns the result.
 // Garbage for a file the version no longer holds is ignored: it is the
-// record of indexes into a file that blob GC already retired.
+// record of indexes into a file that blob GC already retired. So is the
+// deletion of such a file.
 func applyBlobs(blobs map[base.FileNum]*BlobFileMetadata, copied bool, e *VersionEdit,
 	errorf func(format string, args ...any) error) (map[base.FileNum]*BlobFileMetadata, bool, error) {
 	if len(e.DeletedBlobFiles) == 0 && len(e.NewBlobFiles) == 0 && len(e.BlobGarbage) == 0 {
@@ -87,9 +88,9 @@ func applyBlobs(blobs map[base.FileNum]*BlobFileMetadata, copied bool, e *Versio
 		copied = true
 	}
 	for _, n := range e.DeletedBlobFiles {
-		if _, ok := blobs[n]; !ok {
-			return nil, false, errorf("version: edit deletes blob file %s, which the version does not hold", n)
-		}
+		// A deletion of a file already gone is ignored, like garbage for
+		// it: blob GC decides to retire a file while a compaction may be
+		// recording the garbage that removes it.
 		delete(blobs, n)
 	}
 	for _, m := range e.NewBlobFiles {

@@ -128,7 +128,8 @@
 //
 // Garbage adds to what was recorded before; a file whose garbage count
 // reaches its record count leaves the version (no table references it any
-// more), and garbage for a file no longer in the version is ignored. These
+// more), and garbage for, or the deletion of, a file no longer in the
+// version is ignored. These
 // tags are deliberately outside the safe-to-ignore range: a version that
 // does not know them must refuse the manifest, since skipping them would
 // open tables whose values live in files it does not track.
