@@ -58,15 +58,15 @@ func options() *lsm.Options {
 		BlobTargetFileSizeBytes: 32 << 10,
 		// Blob GC as eagerly as it goes, unthrottled, so that kills land
 		// in its copies, index commits and retirements too.
-		BlobGCDiscardRatio: 0.1,
-		BlobMaxSpaceAmp:    1.05,
-		BlobGCBytesPerSec:  -1,
-		MemTableSizeBytes:       64 << 10,
-		L0CompactionThreshold:   2,
-		TargetFileSizeBytes:     16 << 10,
-		LBaseMaxBytes:           128 << 10,
-		BlockSizeBytes:          1 << 10,
-		Compression:             lsm.SnappyCompression,
+		BlobGCDiscardRatio:    0.1,
+		BlobMaxSpaceAmp:       1.05,
+		BlobGCBytesPerSec:     -1,
+		MemTableSizeBytes:     64 << 10,
+		L0CompactionThreshold: 2,
+		TargetFileSizeBytes:   16 << 10,
+		LBaseMaxBytes:         128 << 10,
+		BlockSizeBytes:        1 << 10,
+		Compression:           lsm.SnappyCompression,
 	}
 }
 
