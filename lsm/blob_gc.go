@@ -45,7 +45,9 @@ import (
 // Crash safety: before step 2 the new files are orphans that Open
 // deletes; between 2 and 3 they are in the manifest with no index pointing
 // at them (space, not values, is lost: their records are never counted as
-// garbage); after 3 the WAL holds the new indexes and the old file is still
+// garbage, and nothing reclaims them yet); a failed commit of a chunk
+// leaves that chunk's copies the same way (the batch may have reached the
+// WAL, so they cannot be declared garbage); after 3 the WAL holds the new indexes and the old file is still
 // in the manifest until step 4. At no point does an index point into a file
 // the manifest does not hold.
 
