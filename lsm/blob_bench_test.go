@@ -139,15 +139,22 @@ func BenchmarkBlobCompactAll(b *testing.B) {
 // blobBenchDB is one filled DB per config, shared by the read benchmarks.
 var blobBenchDBs = map[int]*DB{}
 
+// blobBenchDB returns the filled DB of a config; minBlob -1 means 4096
+// with no blob cache (every Get reads the blob file).
 func blobBenchDB(b *testing.B, minBlob int) *DB {
 	if d, ok := blobBenchDBs[minBlob]; ok {
 		return d
+	}
+	o := blobBenchOptions(minBlob)
+	if minBlob < 0 {
+		o = blobBenchOptions(4096)
+		o.BlobCacheSizeBytes = -1
 	}
 	dir, err := os.MkdirTemp("", "cairn-blob-bench")
 	if err != nil {
 		b.Fatal(err)
 	}
-	d, err := Open(dir, blobBenchOptions(minBlob))
+	d, err := Open(dir, o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -166,6 +173,50 @@ func BenchmarkBlobReadRandom(b *testing.B) {
 	for _, minBlob := range []int{0, 4096} {
 		b.Run(fmt.Sprintf("minBlob=%d", minBlob), func(b *testing.B) {
 			d := blobBenchDB(b, minBlob)
+			n := blobBenchKeys()
+			rng := rand.New(rand.NewPCG(3, 3))
+			var key []byte
+			b.SetBytes(blobBenchValueSize)
+			b.ResetTimer()
+			for range b.N {
+				key = benchKey(key, uint64(rng.IntN(n)))
+				if _, err := d.Get(key); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkBlobReadRandomCache: readrandom with separation, with a warm
+// blob cache big enough for every value (256 MiB) against none at all.
+func BenchmarkBlobReadRandomCache(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		key  int
+	}{{"warm", -2}, {"nocache", -1}} {
+		b.Run(c.name, func(b *testing.B) {
+			if _, ok := blobBenchDBs[-2]; !ok && c.key == -2 {
+				dir, err := os.MkdirTemp("", "cairn-blob-bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				o := blobBenchOptions(4096)
+				o.BlobCacheSizeBytes = 256 << 20
+				d, err := Open(dir, o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				blobBenchFill(b, d, blobBenchKeys(), 1)
+				var key []byte
+				for i := range blobBenchKeys() { // warm every value
+					if _, err := d.Get(benchKey(key, uint64(i))); err != nil {
+						b.Fatal(err)
+					}
+				}
+				blobBenchDBs[-2] = d
+			}
+			d := blobBenchDB(b, c.key)
 			n := blobBenchKeys()
 			rng := rand.New(rand.NewPCG(3, 3))
 			var key []byte

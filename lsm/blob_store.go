@@ -152,11 +152,20 @@ func truncateKey(k []byte) []byte {
 }
 
 // blobReadahead lets an iterator that walks blob indexes in file order
-// read ahead: after two misses in a row that are adjacent in one blob
-// file, a miss reads a window of the file (64 KiB, doubling up to 1 MiB)
-// and the next records come from it without a read each. A window holds
-// whole verified records only after they are checked one by one.
+// read ahead. A scan meets the records of each blob file in file order
+// (a flush writes them sorted), interleaved with other files' records, so
+// the state is kept per file, for the last few files: after two misses in
+// one file that are adjacent, a miss reads a window of the file (16 KiB,
+// doubling up to 1 MiB) and the next records come from it without a read
+// each. Records from a window are verified one by one as they are used.
 type blobReadahead struct {
+	files [blobReadaheadFiles]fileReadahead
+	next  int // the slot to reuse next
+}
+
+const blobReadaheadFiles = 8
+
+type fileReadahead struct {
 	fileNum base.FileNum
 	start   uint64 // file offset of buf[0]
 	buf     []byte
@@ -167,11 +176,23 @@ type blobReadahead struct {
 }
 
 const (
-	minReadahead = 64 << 10
+	minReadahead = 16 << 10
 	maxReadahead = 1 << 20
 )
 
 func (ra *blobReadahead) read(d *DB, dst []byte, x blob.Index, ukey []byte) (int, int, error) {
+	for i := range ra.files {
+		if f := &ra.files[i]; f.fileNum == x.FileNum {
+			return f.read(d, dst, x, ukey)
+		}
+	}
+	f := &ra.files[ra.next]
+	ra.next = (ra.next + 1) % blobReadaheadFiles
+	*f = fileReadahead{fileNum: x.FileNum, buf: f.buf[:0]}
+	return f.read(d, dst, x, ukey)
+}
+
+func (ra *fileReadahead) read(d *DB, dst []byte, x blob.Index, ukey []byte) (int, int, error) {
 	end := x.Offset + x.Len
 	if x.FileNum == ra.fileNum && x.Offset >= ra.start && end <= ra.start+uint64(len(ra.buf)) {
 		ra.nextOff = end
