@@ -9,9 +9,10 @@ import (
 // the Go heap (mmap'd on Unix, see mmap_unix.go). A slab serves one size
 // class; classes grow by 1/8 from minClass, so at most about 12% of a
 // buffer is rounding waste. Requests above maxClass get a mapping of their
-// own. A slab whose chunks are all free is unmapped, so memory released by
-// the cache returns to the operating system rather than staying with a
-// class that no longer needs it.
+// own. A slab whose chunks are all free is unmapped (unless it is the last
+// slab of its class), so memory released by the cache returns to the
+// operating system rather than staying with a class that no longer needs
+// it.
 const (
 	minClass = 64
 	maxClass = 256 << 10
@@ -144,8 +145,10 @@ func (a *allocator) free(buf *buffer) {
 	}
 	s.free = append(s.free, int32(idx))
 	s.used--
-	if s.used == 0 && !a.closed {
-		// Unmap the empty slab.
+	if s.used == 0 && !a.closed && len(a.partial[s.class]) > 1 {
+		// Unmap the empty slab, unless it is its class's only one: a cache
+		// that holds nothing (or a read that is not cached) would map and
+		// unmap a slab per read.
 		p := a.partial[s.class]
 		for j, x := range p {
 			if x == s {
