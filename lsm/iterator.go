@@ -380,7 +380,9 @@ func (it *Iterator) Valid() bool { return it.valid && it.err == nil }
 // Key returns the current key.
 func (it *Iterator) Key() []byte { return it.key }
 
-// Value returns the current value.
+// Value returns the current value. Like Key, it is valid only until the
+// next positioning call or Close: a separated value (Options.MinBlobSize)
+// is a view of the blob cache's memory, which is reused afterwards.
 func (it *Iterator) Value() []byte { return it.value }
 
 // Error returns the error, if any, that ended the iteration early.
