@@ -204,8 +204,14 @@ func (d *DB) pickBlobGCLocked(discardRatio float64, spaceAmp bool) *version.Blob
 		return cands[0]
 	}
 	if spaceAmp {
+		// Files waiting for retirement (an old snapshot holds them) do not
+		// count: GC cannot shrink them, and counting them would make it
+		// rewrite every other file while the snapshot lives.
 		var size, live uint64
 		for _, m := range d.mu.versions.Current().BlobFiles {
+			if d.retiringLocked(m.FileNum) {
+				continue
+			}
 			size += m.Size
 			live += m.LiveBytes()
 		}
