@@ -163,7 +163,8 @@ func (d *DB) checkOpen() error {
 // Close waits for background work, closes the WAL and every open file and
 // releases the directory lock. The WAL is synced first; without a WAL the
 // memtables are flushed. Iterators and snapshots must be closed before, and
-// no other call (a Compact, a Flush, a Checkpoint) may still be running.
+// no other call (a Compact, a Flush, a Checkpoint, a BlobGC) may still be
+// running.
 // Close returns any background error the DB met.
 func (d *DB) Close() error {
 	var flushErr error
