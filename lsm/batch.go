@@ -98,6 +98,11 @@ func (b *Batch) add(kind base.Kind, key, value []byte, hasValue bool) {
 	binary.LittleEndian.PutUint32(b.data[8:12], b.count)
 }
 
+// setBlobIndex adds a blob index entry (blob GC's rewritten location).
+func (b *Batch) setBlobIndex(key, idx []byte) {
+	b.add(base.KindBlobIndex, key, idx, true)
+}
+
 // Count returns the number of entries in the batch.
 func (b *Batch) Count() int { return int(b.count) }
 

@@ -12,8 +12,8 @@ import (
 )
 
 // Checkpoint writes a consistent copy of the DB into destDir, which must not
-// exist: every write acknowledged before the call is in it. Tables are hard
-// links where the file system allows (copies otherwise), so a checkpoint
+// exist: every write acknowledged before the call is in it. Tables and
+// blob files are hard links where the file system allows (copies otherwise), so a checkpoint
 // costs little space until compaction rewrites the originals. The result is
 // a DB directory that Open accepts, and the directory is fsynced before
 // Checkpoint returns.
@@ -62,6 +62,13 @@ func (d *DB) Checkpoint(destDir string) (err error) {
 			ve.AddFile(level, f)
 		}
 	}
+	for n := range v.BlobFiles {
+		name := base.MakeFilename(base.FileTypeBlob, n)
+		if err := d.linkOrCopy(filepath.Join(d.dirname, name), filepath.Join(destDir, name)); err != nil {
+			return fmt.Errorf("lsm: checkpoint of blob file %s: %w", n, err)
+		}
+	}
+	ve.AddBlobSnapshot(v)
 	if err := version.WriteManifest(d.fs, destDir, manifestNum, ve); err != nil {
 		return fmt.Errorf("lsm: checkpoint manifest: %w", err)
 	}

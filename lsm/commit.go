@@ -29,6 +29,11 @@ type writer struct {
 	done  bool
 	err   error
 	cond  condVar
+	// precommit, if set, fills batch once the writer leads the queue,
+	// when every earlier write is applied and visible and no later one
+	// can be: what it reads and what it writes form one atomic step. Such
+	// a writer commits alone (blob GC's conditional index update).
+	precommit func(b *Batch) error
 }
 
 var writerPool = sync.Pool{New: func() any { return &writer{} }}
@@ -56,11 +61,17 @@ func (d *DB) Write(b *Batch, wo *WriteOptions) error {
 	if b.Empty() {
 		return nil
 	}
+	return d.commit(b, wo, nil)
+}
+
+// commit runs the commit pipeline for b (see Write), with an optional
+// precommit hook (see writer.precommit).
+func (d *DB) commit(b *Batch, wo *WriteOptions, precommit func(b *Batch) error) error {
 	if wo == nil {
 		wo = NoSync
 	}
 	w := writerPool.Get().(*writer)
-	*w = writer{batch: b, sync: wo.Sync && !d.opts.DisableWAL}
+	*w = writer{batch: b, sync: wo.Sync && !d.opts.DisableWAL, precommit: precommit}
 	w.cond.init(&d.mu.Mutex)
 	// Once Write returns, no one refers to w: the leader that completed it
 	// dropped it from the queue under d.mu before w could wake.
@@ -81,6 +92,26 @@ func (d *DB) Write(b *Batch, wo *WriteOptions) error {
 	}
 
 	// w leads the next group.
+	if w.precommit != nil {
+		// While w leads, no other write can commit: run the hook
+		// without d.mu (it reads the DB).
+		d.mu.Unlock()
+		err := w.precommit(b)
+		if err == nil {
+			err = b.err
+		}
+		d.mu.Lock()
+		if err != nil || b.Empty() {
+			d.mu.writers = d.mu.writers[1:]
+			if len(d.mu.writers) > 0 {
+				d.mu.writers[0].cond.signal()
+			} else {
+				d.mu.bgCond.Broadcast()
+			}
+			d.mu.Unlock()
+			return err
+		}
+	}
 	err := d.makeRoomForWriteLocked(b)
 	group := d.buildGroupLocked()
 	var anySync bool
@@ -176,6 +207,9 @@ func (d *DB) Write(b *Batch, wo *WriteOptions) error {
 // REQUIRES: d.mu held; the caller is the leader.
 func (d *DB) buildGroupLocked() []*writer {
 	leader := d.mu.writers[0]
+	if leader.precommit != nil {
+		return d.mu.writers[:1]
+	}
 	size, count := leader.batch.Len(), leader.batch.Count()
 	maxSize := maxGroupBytes
 	if size <= smallLeaderBytes {
@@ -183,7 +217,9 @@ func (d *DB) buildGroupLocked() []*writer {
 	}
 	n := 1
 	for _, w := range d.mu.writers[1:] {
-		if w.sync && !leader.sync {
+		// A writer without a batch is a Flush (or Checkpoint, BlobGC)
+		// waiting for commit leadership, not a write to take along.
+		if (w.sync && !leader.sync) || w.precommit != nil || w.batch == nil {
 			break
 		}
 		// The whole group must fit the memtable the leader made room in.

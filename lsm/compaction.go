@@ -68,24 +68,31 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 		}
 	}
 	var outputs []*version.FileMetadata
-	var bytesRead int64
+	var res compactionResult
 	if c.trivialMove {
 		outputs = c.inputs[0]
 	} else {
 		snapshots := d.mu.snapshots.list()
 		d.mu.Unlock()
 		var err error
-		outputs, bytesRead, err = d.compactTables(c, snapshots)
+		res, err = d.compactTables(c, snapshots)
 		d.mu.Lock()
 		if err != nil {
 			return fmt.Errorf("lsm: compacting L%d→L%d: %w", c.startLevel, c.outputLevel, err)
 		}
+		outputs = res.tables
 	}
+	bytesRead := res.bytesRead
 	for _, f := range outputs {
 		ve.NewFiles = append(ve.NewFiles, version.NewFile{Level: c.outputLevel, Meta: f})
 	}
+	ve.NewBlobFiles = res.blobs
+	ve.BlobGarbage = res.garbage
 	if err := d.mu.versions.LogAndApply(&d.mu.Mutex, ve); err != nil {
 		return fmt.Errorf("lsm: recording compaction in manifest: %w", err)
+	}
+	for _, b := range res.blobs {
+		d.mu.stats.blobBytesWritten += int64(b.Size)
 	}
 	if c.startLevel > 0 {
 		_, largest := userKeyRange(c.inputs[0])
@@ -102,6 +109,7 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 	}
 	d.updateReadStateLocked()
 	d.mu.bgCond.Broadcast()
+	d.maybeScheduleBlobGCLocked()
 	d.mu.Unlock()
 	d.deleteObsoleteFiles()
 	d.mu.Lock()
@@ -129,7 +137,44 @@ func sizeOf(files []*version.FileMetadata) int64 {
 // Output tables are cut at TargetFileSizeBytes, only between user keys, so
 // that a key's versions never straddle two tables; each table gets the
 // tombstone fragments that fall within its key range.
-func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (outputs []*version.FileMetadata, bytesRead int64, err error) {
+// With key-value separation on, values that reach MinBlobSize and are still
+// inline are separated as at flush; every blob index the compaction drops
+// is reported as garbage of its blob file.
+func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (res compactionResult, err error) {
+	var (
+		outputs   []*version.FileMetadata
+		bytesRead int64
+	)
+	sep := d.newBlobSeparator()
+	garbage := blobGarbage{}
+	defer func() {
+		if err != nil {
+			sep.abandon()
+		}
+	}()
+	outputs, bytesRead, err = d.compactTablesInner(c, snapshots, sep, garbage)
+	if err != nil {
+		return compactionResult{}, err
+	}
+	blobs, err := sep.finish()
+	if err != nil {
+		for _, f := range outputs {
+			d.fs.Remove(base.MakeFilepath(d.dirname, base.FileTypeTable, f.FileNum))
+		}
+		return compactionResult{}, err
+	}
+	return compactionResult{tables: outputs, blobs: blobs, garbage: garbage.list(), bytesRead: bytesRead}, nil
+}
+
+// compactionResult is what compactTables produced.
+type compactionResult struct {
+	tables    []*version.FileMetadata
+	blobs     []*version.BlobFileMetadata
+	garbage   []version.BlobGarbage
+	bytesRead int64
+}
+
+func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blobSeparator, garbage blobGarbage) (outputs []*version.FileMetadata, bytesRead int64, err error) {
 	var iters []base.InternalIterator
 	var rawTombs []base.RangeTombstone
 	var (
@@ -231,14 +276,26 @@ func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (outputs []*v
 		stripe := stripeOf(seq)
 		newUkey := lastUkey == nil || !bytes.Equal(ukey, lastUkey)
 		if !newUkey && stripe == lastStripe {
-			continue // shadowed by a newer version in the same stripe
+			// Shadowed by a newer version in the same stripe.
+			if kind == base.KindBlobIndex {
+				if err := garbage.add(merged.Value()); err != nil {
+					return nil, 0, err
+				}
+			}
+			continue
 		}
 		if newUkey {
 			lastUkey = append(lastUkey[:0], ukey...)
 		}
 		lastStripe = stripe
 		if tombSet.MaxCoveringSeq(ukey, stripeTop(stripe)) > seq {
-			continue // deleted by a range tombstone in the same stripe
+			// Deleted by a range tombstone in the same stripe.
+			if kind == base.KindBlobIndex {
+				if err := garbage.add(merged.Value()); err != nil {
+					return nil, 0, err
+				}
+			}
+			continue
 		}
 		if kind == base.KindDelete && c.bottommost && stripe == 0 {
 			continue // nothing older remains anywhere for it to hide
@@ -257,7 +314,7 @@ func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (outputs []*v
 				return nil, 0, err
 			}
 		}
-		if err := w.Add(merged.Key(), merged.Value()); err != nil {
+		if err := sep.add(w, merged.Key(), merged.Value()); err != nil {
 			return nil, 0, err
 		}
 	}

@@ -38,6 +38,7 @@ type DB struct {
 	cache   *cache.Cache
 	cacheID uint64
 	tables  *tableCache
+	blobs   blobStore
 	lock    io.Closer
 
 	// visibleSeq is the snapshot of the latest state: readers see writes
@@ -80,6 +81,8 @@ type DB struct {
 		stats             dbStats
 		// liveLogs are the WALs not yet deleted, ascending.
 		liveLogs []base.FileNum
+		// blobGC is blob GC's state (blob_gc.go).
+		blobGC blobGCState
 	}
 
 	// Filter probe counters: SST filters, and memtable filters of
@@ -97,6 +100,9 @@ type filterCounters struct{ checked, useful atomic.Int64 }
 type dbStats struct {
 	flushes, compactions   int64
 	flushBytes             int64
+	blobBytesWritten       int64
+	blobGCBytesRead        int64
+	blobGCBytesWritten     int64
 	compactionBytesRead    int64
 	compactionBytesWritten int64
 	bytesIngested          int64 // user bytes written (batch reprs)
@@ -161,7 +167,8 @@ func (d *DB) checkOpen() error {
 // Close waits for background work, closes the WAL and every open file and
 // releases the directory lock. The WAL is synced first; without a WAL the
 // memtables are flushed. Iterators and snapshots must be closed before, and
-// no other call (a Compact, a Flush, a Checkpoint) may still be running.
+// no other call (a Compact, a Flush, a Checkpoint, a BlobGC) may still be
+// running.
 // Close returns any background error the DB met.
 func (d *DB) Close() error {
 	var flushErr error
@@ -208,7 +215,7 @@ func (d *DB) Close() error {
 	d.mu.Lock()
 	errs = append(errs, d.mu.versions.Close())
 	d.mu.Unlock()
-	errs = append(errs, d.tables.close(), d.lock.Close())
+	errs = append(errs, d.tables.close(), d.closeBlobStore(), d.lock.Close())
 	return errors.Join(errs...)
 }
 

@@ -32,6 +32,26 @@
 // tables; index, filter and range-deletion blocks are pinned in each open
 // table reader.
 //
+// # Key-value separation
+//
+// With Options.MinBlobSize > 0, a flush (or a compaction meeting an inline
+// value) writes values of at least that size to blob files (format in
+// lsm/blob) and keeps in the table a blob index (file, offset, length)
+// under base.KindBlobIndex; the WAL keeps whole values. A Get or iterator
+// that meets a blob index asks the blob cache first, keyed by (file,
+// offset): a hit takes no mutex and touches neither the blob file's
+// metadata nor the reader cache; only a miss checks that the reader's
+// version holds the file, takes a reader from a bounded cache, reads and
+// verifies (CRC32C and key) the record into the cache's off-heap memory.
+// Iterators hand out a view of the cached value (no copy) and, when blob
+// indexes come in file order, read ahead in the blob file. Compactions
+// record the indexes they drop as garbage of their blob files in the
+// manifest; a file whose every index was dropped leaves the version, and
+// blob GC (blob_gc.go) rewrites the live records of files with too much
+// garbage, updating each index only if it still points at the old place
+// (checked atomically in the commit pipeline). Checkpoints hard-link blob
+// files with the tables.
+//
 // # Recovery
 //
 // Open replays the WALs that the manifest does not yet cover and writes
@@ -80,6 +100,10 @@
 // One compaction runs at a time (beside one flush); every live table stays
 // open (no bound on open files); a snapshot's release does not by itself
 // schedule a compaction of the bottom level to drop what it held (Compact
-// does, and so does the next compaction that reaches those files); values
-// are stored inline (key-value separation, lsm/blob, is not wired in yet).
+// does, and so does the next compaction that reaches those files); blob
+// values are stored uncompressed (the format has a compression byte, but
+// only "none" is written); a blob GC whose index commit fails, or a crash
+// between its two manifest edits, leaves its new blob file with records no
+// index references, which are never counted as garbage: space, not
+// values, is lost, and it is not reclaimed (a known gap).
 package lsm

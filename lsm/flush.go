@@ -115,7 +115,7 @@ func (d *DB) flushOneLocked() error {
 	m := d.mu.imm[0]
 	fileNum := d.mu.versions.NewFileNum()
 	d.mu.Unlock()
-	meta, err := d.writeMemTable(m, fileNum)
+	meta, blobs, err := d.writeMemTable(m, fileNum)
 	d.mu.Lock()
 	if err != nil {
 		return fmt.Errorf("lsm: flushing memtable to table %s: %w", fileNum, err)
@@ -129,8 +129,12 @@ func (d *DB) flushOneLocked() error {
 	if meta != nil {
 		ve.NewFiles = append(ve.NewFiles, version.NewFile{Level: 0, Meta: meta})
 	}
+	ve.NewBlobFiles = blobs
 	if err := d.mu.versions.LogAndApply(&d.mu.Mutex, ve); err != nil {
 		return fmt.Errorf("lsm: recording flush in manifest: %w", err)
+	}
+	for _, b := range blobs {
+		d.mu.stats.blobBytesWritten += int64(b.Size)
 	}
 	d.mu.imm = d.mu.imm[1:]
 	d.retiredMemFilter.checked.Add(m.bloomChecked.Load())
@@ -150,26 +154,40 @@ func (d *DB) flushOneLocked() error {
 }
 
 // writeMemTable writes m's entries and range tombstones into table
-// fileNum, syncs it and its directory entry. It returns nil metadata, and
-// leaves no file, when m holds nothing.
-func (d *DB) writeMemTable(m *memTable, fileNum base.FileNum) (*version.FileMetadata, error) {
+// fileNum, syncs it and its directory entry. With key-value separation on,
+// values of at least MinBlobSize go to blob files (returned), synced
+// before the table. It returns nil metadata, and leaves no file, when m
+// holds nothing.
+func (d *DB) writeMemTable(m *memTable, fileNum base.FileNum) (*version.FileMetadata, []*version.BlobFileMetadata, error) {
 	it := m.newIter()
 	it.First()
 	tombs := rangedel.FragmentTombstones(m.rawTombstones())
 	if !it.Valid() && len(tombs) == 0 {
-		return nil, it.Close()
+		return nil, nil, it.Close()
 	}
-	return d.writeTable(fileNum, func(w *sst.Writer) error {
+	sep := d.newBlobSeparator()
+	var blobs []*version.BlobFileMetadata
+	meta, err := d.writeTable(fileNum, func(w *sst.Writer) error {
 		for ; it.Valid(); it.Next() {
-			if err := w.Add(it.Key(), it.Value()); err != nil {
+			if err := sep.add(w, it.Key(), it.Value()); err != nil {
 				return err
 			}
 		}
 		if err := it.Close(); err != nil {
 			return err
 		}
-		return addTombstones(w, tombs)
+		if err := addTombstones(w, tombs); err != nil {
+			return err
+		}
+		var err error
+		blobs, err = sep.finish()
+		return err
 	})
+	if err != nil {
+		sep.abandon()
+		return nil, nil, err
+	}
+	return meta, blobs, nil
 }
 
 func addTombstones(w *sst.Writer, frags []rangedel.Fragment) error {

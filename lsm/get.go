@@ -18,12 +18,22 @@ import (
 // the bottom level included. The first point entry found is the newest; it
 // counts only if no range tombstone newer than it covers the key.
 func (d *DB) get(key []byte, snap base.SeqNum) ([]byte, error) {
+	return d.getWith(key, snap, d.resolveGet)
+}
+
+// getResolver turns the newest entry found for key into get's result. v
+// aliases the memtable or a table block: copy what is kept.
+type getResolver func(rs *readState, key, v []byte, kind base.Kind, seq, tombSeq base.SeqNum) ([]byte, error)
+
+// getWith is get with the last step (resolving the entry found) given.
+func (d *DB) getWith(key []byte, snap base.SeqNum, resolve getResolver) ([]byte, error) {
 	if err := d.checkOpen(); err != nil {
 		return nil, err
 	}
 	if len(key) == 0 || len(key) > MaxKeySize {
 		return nil, base.InvalidArgumentf("key of %d bytes (must be 1..%d)", len(key), MaxKeySize)
 	}
+	latest := snap == 0
 	if snap == 0 {
 		// Load the sequence number before the readState: every write
 		// below it was applied to a memtable that this or a later
@@ -35,6 +45,11 @@ func (d *DB) get(key []byte, snap base.SeqNum) ([]byte, error) {
 		return nil, ErrClosed
 	}
 	defer rs.unref()
+	if latest && snap < rs.minLatestSeq {
+		// Blob GC retired a blob file between the two loads: the old
+		// snapshot could meet an index into it (see readState).
+		snap = base.SeqNum(d.visibleSeq.Load())
+	}
 
 	// The newest range tombstone covering key, over every source.
 	var tombSeq base.SeqNum
@@ -50,7 +65,7 @@ func (d *DB) get(key []byte, snap base.SeqNum) ([]byte, error) {
 	h := filter.Hash(key)
 	for _, m := range rs.mems {
 		if v, kind, seq, ok := m.get(key, snap, h); ok {
-			return resolveGet(v, kind, seq, tombSeq)
+			return resolve(rs, key, v, kind, seq, tombSeq)
 		}
 	}
 	v := rs.version
@@ -63,7 +78,7 @@ func (d *DB) get(key []byte, snap base.SeqNum) ([]byte, error) {
 		if val, kind, seq, ok, err := d.tableGet(f, key, snap, h); err != nil {
 			return nil, err
 		} else if ok {
-			return resolveGet(val, kind, seq, tombSeq)
+			return resolve(rs, key, val, kind, seq, tombSeq)
 		}
 	}
 	for level := 1; level < version.NumLevels; level++ {
@@ -74,13 +89,13 @@ func (d *DB) get(key []byte, snap base.SeqNum) ([]byte, error) {
 		if val, kind, seq, ok, err := d.tableGet(f, key, snap, h); err != nil {
 			return nil, err
 		} else if ok {
-			return resolveGet(val, kind, seq, tombSeq)
+			return resolve(rs, key, val, kind, seq, tombSeq)
 		}
 	}
 	return nil, ErrNotFound
 }
 
-func resolveGet(v []byte, kind base.Kind, seq, tombSeq base.SeqNum) ([]byte, error) {
+func (d *DB) resolveGet(rs *readState, key, v []byte, kind base.Kind, seq, tombSeq base.SeqNum) ([]byte, error) {
 	if seq < tombSeq {
 		return nil, ErrNotFound
 	}
@@ -89,6 +104,19 @@ func resolveGet(v []byte, kind base.Kind, seq, tombSeq base.SeqNum) ([]byte, err
 		return bytes.Clone(v), nil
 	case base.KindDelete:
 		return nil, ErrNotFound
+	case base.KindBlobIndex:
+		// Cache first (see blobValue); the value is copied once, from
+		// the cache's memory into the result.
+		h, err := d.blobValue(rs.version, key, v, nil)
+		if err != nil {
+			return nil, err
+		}
+		out := bytes.Clone(h.Value())
+		if out == nil {
+			out = []byte{}
+		}
+		h.Release()
+		return out, nil
 	}
 	return nil, base.CorruptionErrorf("entry of kind %s where a value was expected", kind)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 
+	"github.com/cairnkv/cairn/lsm/blob"
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/internal/rangedel"
 	"github.com/cairnkv/cairn/lsm/version"
@@ -33,6 +34,31 @@ type Iterator struct {
 	savedKey   []byte
 	savedValue []byte
 	seekBuf    []byte
+	// blobHandle holds the current value when it is a separated one: Value
+	// is a view of the blob cache's memory until the next positioning call
+	// (no copy). ra reads ahead in blob files during scans.
+	blobHandle blob.Handle
+	ra         blobReadahead
+}
+
+// setBlobValue resolves the blob index idx of ukey into it.value. It
+// reports false, with it.err set, on failure.
+func (it *Iterator) setBlobValue(ukey, idx []byte) bool {
+	it.releaseBlob()
+	h, err := it.rs.d.blobValue(it.rs.version, ukey, idx, &it.ra)
+	if err != nil {
+		it.err = err
+		it.valid = false
+		return false
+	}
+	it.blobHandle = h
+	it.value = h.Value()
+	return true
+}
+
+func (it *Iterator) releaseBlob() {
+	it.blobHandle.Release()
+	it.blobHandle = blob.Handle{}
 }
 
 // NewIter returns an iterator over the DB. With o.Snapshot it reads the
@@ -58,6 +84,9 @@ func (d *DB) NewIter(o *IterOptions) (*Iterator, error) {
 	rs := d.loadReadState()
 	if rs == nil {
 		return nil, ErrClosed
+	}
+	if opts.Snapshot == nil && snap < rs.minLatestSeq {
+		snap = base.SeqNum(d.visibleSeq.Load()) // see readState.minLatestSeq
 	}
 	tombs, err := rs.tombstoneSets()
 	if err != nil {
@@ -235,6 +264,7 @@ func (it *Iterator) Prev() bool {
 func (it *Iterator) findNextEntry(skip []byte) {
 	it.forward = true
 	it.valid = false
+	it.releaseBlob()
 	skipping := skip != nil
 	for ; it.iter.Valid(); it.iter.Next() {
 		ukey, seq, kind, ok := base.ParseInternalKey(it.iter.Key())
@@ -256,7 +286,7 @@ func (it *Iterator) findNextEntry(skip []byte) {
 			skip = append(it.savedKey[:0], ukey...)
 			it.savedKey = skip
 			skipping = true
-		case base.KindSet:
+		case base.KindSet, base.KindBlobIndex:
 			if it.covered(ukey, seq) {
 				skip = append(it.savedKey[:0], ukey...)
 				it.savedKey = skip
@@ -265,6 +295,9 @@ func (it *Iterator) findNextEntry(skip []byte) {
 			}
 			it.key, it.value = ukey, it.iter.Value()
 			it.valid = true
+			if kind == base.KindBlobIndex {
+				it.setBlobValue(ukey, it.value)
+			}
 			return
 		default:
 			it.err = base.CorruptionErrorf("unexpected entry kind %s", kind)
@@ -280,7 +313,9 @@ func (it *Iterator) findNextEntry(skip []byte) {
 func (it *Iterator) findPrevEntry() {
 	it.forward = false
 	it.valid = false
+	it.releaseBlob()
 	haveValue := false // the saved entry is a live value (not a deletion)
+	savedBlob := false // the saved value is a blob index
 	it.savedKey = it.savedKey[:0]
 	for ; it.iter.Valid(); it.iter.Prev() {
 		ukey, seq, kind, ok := base.ParseInternalKey(it.iter.Key())
@@ -302,7 +337,7 @@ func (it *Iterator) findPrevEntry() {
 		switch kind {
 		case base.KindDelete:
 			haveValue = false
-		case base.KindSet:
+		case base.KindSet, base.KindBlobIndex:
 			if it.covered(ukey, seq) {
 				haveValue = false
 				continue
@@ -310,6 +345,7 @@ func (it *Iterator) findPrevEntry() {
 			it.savedKey = append(it.savedKey[:0], ukey...)
 			it.savedValue = append(it.savedValue[:0], it.iter.Value()...)
 			haveValue = true
+			savedBlob = kind == base.KindBlobIndex
 		default:
 			it.err = base.CorruptionErrorf("unexpected entry kind %s", kind)
 			return
@@ -325,6 +361,9 @@ func (it *Iterator) findPrevEntry() {
 		}
 		it.key, it.value = it.savedKey, it.savedValue
 		it.valid = true
+		if savedBlob {
+			it.setBlobValue(it.savedKey, it.savedValue)
+		}
 	}
 }
 
@@ -341,7 +380,9 @@ func (it *Iterator) Valid() bool { return it.valid && it.err == nil }
 // Key returns the current key.
 func (it *Iterator) Key() []byte { return it.key }
 
-// Value returns the current value.
+// Value returns the current value. Like Key, it is valid only until the
+// next positioning call or Close: a separated value (Options.MinBlobSize)
+// is a view of the blob cache's memory, which is reused afterwards.
 func (it *Iterator) Value() []byte { return it.value }
 
 // Error returns the error, if any, that ended the iteration early.
@@ -353,6 +394,7 @@ func (it *Iterator) Close() error {
 		return ErrClosed
 	}
 	it.closed = true
+	it.releaseBlob()
 	err := errors.Join(it.err, it.iter.Close())
 	it.rs.unref()
 	it.valid = false

@@ -63,6 +63,9 @@ func layeringViolation(pkg, imp string) string {
 		imp == mod+"lsm" {
 		return "engine parts use lsm/internal/base, never the lsm package"
 	}
+	if pkg == "lsm/blob" && strings.HasPrefix(imp, mod+"lsm/") && imp != mod+"lsm/internal/base" {
+		return "lsm/blob depends only on lsm/internal/base: the engine wires it to tables and versions"
+	}
 	if pkg == "fsm" || strings.HasPrefix(pkg, "fsm/") {
 		if strings.HasPrefix(imp, mod+"cluster") || strings.HasPrefix(imp, mod+"client") {
 			return "data flows client → api → cluster → fsm → lsm, never back"

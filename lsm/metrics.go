@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnkv/cairn/lsm/blob"
 	"github.com/cairnkv/cairn/lsm/cache"
 	"github.com/cairnkv/cairn/lsm/version"
 )
@@ -69,6 +70,28 @@ type Metrics struct {
 	MemtableFilter FilterMetrics
 	TableFilter    FilterMetrics
 	BackgroundErr  error
+
+	// Blob holds key-value separation's figures.
+	Blob BlobMetrics
+}
+
+// BlobMetrics describe key-value separation (Options.MinBlobSize).
+type BlobMetrics struct {
+	// Files is the current version's blob files; FileBytes their size on
+	// disk; LiveBytes and GarbageBytes their record bytes still referenced
+	// and already dropped by compactions.
+	Files                              int
+	FileBytes, LiveBytes, GarbageBytes int64
+	// BytesWritten counts blob file bytes written by flushes, compactions
+	// and GC; it is part of WriteAmplification.
+	BytesWritten int64
+	// GCBytesRead and GCBytesWritten count blob GC's traffic.
+	GCBytesRead, GCBytesWritten int64
+	// Cache is the blob cache (hits, misses, size, off-heap memory).
+	Cache blob.CacheMetrics
+	// FileCacheLookups counts lookups in the cache of open blob readers:
+	// only blob cache misses make them.
+	FileCacheLookups int64
 }
 
 // BlockCacheHitRate returns hits / (hits + misses), or 0.
@@ -105,7 +128,15 @@ func (d *DB) Metrics() *Metrics {
 	m.CompactionBytesRead, m.CompactionBytesWritten = s.compactionBytesRead, s.compactionBytesWritten
 	m.BytesIngested, m.BytesAtOpen = s.bytesIngested, s.bytesAtOpen
 	if in := s.bytesIngested + s.bytesAtOpen; in > 0 {
-		m.WriteAmplification = float64(s.walBytes+s.flushBytes+s.compactionBytesWritten) / float64(in)
+		m.WriteAmplification = float64(s.walBytes+s.flushBytes+s.compactionBytesWritten+s.blobBytesWritten) / float64(in)
+	}
+	m.Blob.BytesWritten = s.blobBytesWritten
+	m.Blob.GCBytesRead, m.Blob.GCBytesWritten = s.blobGCBytesRead, s.blobGCBytesWritten
+	for _, b := range v.BlobFiles {
+		m.Blob.Files++
+		m.Blob.FileBytes += int64(b.Size)
+		m.Blob.LiveBytes += int64(b.LiveBytes())
+		m.Blob.GarbageBytes += int64(b.GarbageBytes)
 	}
 	m.WALBytes, m.WALSyncs = s.walBytes, s.walSyncs
 	m.CommitGroups, m.Writes = s.groups, s.writes
@@ -126,6 +157,8 @@ func (d *DB) Metrics() *Metrics {
 	m.TableFilter.Checked = d.tableFilter.checked.Load()
 	m.TableFilter.Useful = d.tableFilter.useful.Load()
 	m.BlockCache = d.cache.Metrics()
+	m.Blob.Cache = d.blobs.cache.Metrics()
+	m.Blob.FileCacheLookups = d.blobs.files.Lookups()
 	return m
 }
 
@@ -143,6 +176,11 @@ func (m *Metrics) String() string {
 	fmt.Fprintf(&b, "stalls: %d slowdowns (%s), %d stops (%s)\n", m.Slowdowns, m.SlowdownTime, m.Stops, m.StopDuration)
 	fmt.Fprintf(&b, "memtables %d (%s); block cache %s / %s, hit rate %.3f\n", m.MemTables,
 		humanBytes(m.MemTableBytes), humanBytes(m.BlockCache.Size), humanBytes(m.BlockCache.Capacity), m.BlockCacheHitRate())
+	if m.Blob.Files > 0 {
+		fmt.Fprintf(&b, "blob files %d (%s; live %s, garbage %s); blob cache %s, %d hits, %d misses\n", m.Blob.Files,
+			humanBytes(m.Blob.FileBytes), humanBytes(m.Blob.LiveBytes), humanBytes(m.Blob.GarbageBytes),
+			humanBytes(m.Blob.Cache.Size), m.Blob.Cache.Hits, m.Blob.Cache.Misses)
+	}
 	fmt.Fprintf(&b, "filters: memtable %d/%d useful, table %d/%d useful\n",
 		m.MemtableFilter.Useful, m.MemtableFilter.Checked, m.TableFilter.Useful, m.TableFilter.Checked)
 	return b.String()

@@ -29,12 +29,15 @@ func (d *DB) cleanerLoop() {
 	}
 }
 
-// deleteObsoleteFiles deletes tables no version references any more and
+// deleteObsoleteFiles deletes tables and blob files no version references
+// any more (a blob file leaves the versions when compactions have dropped
+// every index into it, see version.BlobFileMetadata), and
 // WALs below the manifest's log number. Deletion errors are logged, not
 // returned: a file left behind is removed at the next Open.
 func (d *DB) deleteObsoleteFiles() {
 	d.mu.Lock()
 	tables := d.mu.versions.ObsoleteFiles()
+	blobs := d.mu.versions.ObsoleteBlobFiles()
 	logNum := d.mu.versions.LogNumber()
 	var logs []base.FileNum
 	d.mu.liveLogs = slices.DeleteFunc(d.mu.liveLogs, func(n base.FileNum) bool {
@@ -50,6 +53,10 @@ func (d *DB) deleteObsoleteFiles() {
 			d.opts.Logger.Printf("lsm: closing obsolete table %s: %v", n, err)
 		}
 		d.removeFile(base.FileTypeTable, n)
+	}
+	for _, n := range blobs {
+		d.evictBlobFile(n)
+		d.removeFile(base.FileTypeBlob, n)
 	}
 	for _, n := range logs {
 		d.removeFile(base.FileTypeLog, n)

@@ -55,6 +55,7 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 	}
 	d.cacheID = d.cache.NewID()
 	d.tables = newTableCache(fs, dirname, d.cache, d.cacheID)
+	d.initBlobStore()
 	d.mu.bgCond.L = &d.mu.Mutex
 
 	_, statErr := fs.Stat(base.MakeFilepath(dirname, base.FileTypeCurrent, 0))
@@ -82,6 +83,7 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 		if err != nil {
 			vs.Close()
 			d.tables.close()
+			d.closeBlobStore()
 		}
 	}()
 
@@ -130,13 +132,14 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 		if mem.empty() {
 			return nil
 		}
-		meta, err := d.writeMemTable(mem, vs.NewFileNum())
+		meta, blobs, err := d.writeMemTable(mem, vs.NewFileNum())
 		if err != nil {
 			return fmt.Errorf("lsm: flushing recovered memtable: %w", err)
 		}
 		if meta != nil {
 			ve.NewFiles = append(ve.NewFiles, version.NewFile{Level: 0, Meta: meta})
 		}
+		ve.NewBlobFiles = append(ve.NewBlobFiles, blobs...)
 		mem = newMemTable(o.MemTableSizeBytes, o.MemtableBloomBitsPerKey, 0)
 		return nil
 	}
@@ -189,6 +192,7 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 	d.bgWG.Add(1)
 	go d.cleanerLoop()
 	d.maybeScheduleCompactionLocked()
+	d.maybeScheduleBlobGCLocked() // after deleteOrphans: GC creates files
 	return d, nil
 }
 
@@ -261,8 +265,8 @@ func (d *DB) replayWAL(n base.FileNum, syncedSize int64, mem **memTable, maxSeq 
 	return false, nil
 }
 
-// deleteOrphans removes files a crash left behind: tables no version
-// references (outputs of an interrupted flush or compaction), temporary
+// deleteOrphans removes files a crash left behind: tables and blob files
+// no version references (outputs of an interrupted flush or compaction), temporary
 // files, old manifests, and WALs numbered below staleLogsBelow (the log
 // number the manifest had before this Open: WALs whose removal had not
 // reached the disk when the machine crashed).
@@ -278,7 +282,7 @@ func (d *DB) deleteOrphans(names []string, staleLogsBelow base.FileNum) {
 		}
 		var obsolete bool
 		switch ft {
-		case base.FileTypeTable:
+		case base.FileTypeTable, base.FileTypeBlob:
 			_, isLive := live[n]
 			obsolete = !isLive
 		case base.FileTypeTemp:

@@ -19,6 +19,12 @@ type readState struct {
 	// mems are newest first: mems[0] is the mutable memtable.
 	mems    []*memTable
 	version *version.Version
+	// minLatestSeq is the oldest snapshot a read of the latest state may
+	// use with this readState: blob GC retires a blob file only once no
+	// snapshot older than its rewrite's sequence number exists, but a read
+	// of the latest state loads its sequence number before the readState,
+	// and may have loaded it before the rewrite. Such a read reloads it.
+	minLatestSeq base.SeqNum
 
 	tableTombsOnce sync.Once
 	tableTombs     *rangedel.Set
@@ -64,7 +70,7 @@ func (d *DB) loadReadState() *readState {
 // version.
 // REQUIRES: d.mu held.
 func (d *DB) updateReadStateLocked() {
-	s := &readState{d: d, version: d.mu.versions.Current()}
+	s := &readState{d: d, version: d.mu.versions.Current(), minLatestSeq: d.mu.blobGC.minLatestSeq}
 	s.version.Ref()
 	s.refs.Store(1)
 	s.mems = make([]*memTable, 0, len(d.mu.imm)+1)

@@ -75,6 +75,7 @@ func (s *Snapshot) Close() error {
 	d := s.db
 	d.mu.Lock()
 	d.mu.snapshots.remove(s.seq)
+	d.maybeScheduleBlobGCLocked() // blob GC may retire files it held
 	d.mu.Unlock()
 	return nil
 }

@@ -26,6 +26,8 @@ const (
 	childDirEnv = "CAIRN_CRASH_CHILD"
 	// childSeedEnv is the round's seed.
 	childSeedEnv = "CAIRN_CRASH_SEED"
+	// childMinBlobEnv is the child's MinBlobSize (key-value separation).
+	childMinBlobEnv = "CAIRN_CRASH_MIN_BLOB"
 	// maxChildOps bounds a child that is never killed.
 	maxChildOps = 200000
 )
@@ -45,8 +47,20 @@ func TestMain(m *testing.M) {
 // options are the DB options of both the child and the parent: small
 // memtables, files and levels, so that flushes and compactions are running
 // at most moments of a kill.
+//
+// With CAIRN_CRASH_MIN_BLOB set (TestKill9Blob), values of at least that
+// many bytes are separated into blob files, so kills also land in blob file
+// writes, syncs and deletions.
 func options() *lsm.Options {
+	minBlob, _ := strconv.Atoi(os.Getenv(childMinBlobEnv))
 	return &lsm.Options{
+		MinBlobSize:             minBlob,
+		BlobTargetFileSizeBytes: 32 << 10,
+		// Blob GC as eagerly as it goes, unthrottled, so that kills land
+		// in its copies, index commits and retirements too.
+		BlobGCDiscardRatio:    0.1,
+		BlobMaxSpaceAmp:       1.05,
+		BlobGCBytesPerSec:     -1,
 		MemTableSizeBytes:     64 << 10,
 		L0CompactionThreshold: 2,
 		TargetFileSizeBytes:   16 << 10,
@@ -83,6 +97,9 @@ func childMain(dir, seedStr string) int {
 			return 2
 		}
 		fmt.Fprintf(out, "ack %d\n", i)
+		if i%16 == 0 && options().MinBlobSize > 0 {
+			fmt.Fprintf(out, "gcbytes %d\n", db.Metrics().Blob.GCBytesWritten)
+		}
 	}
 	if err := db.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "child: Close: %v\n", err)
@@ -101,6 +118,8 @@ type childRun struct {
 	// killedAt describes when the kill was sent.
 	killedAt string
 	stderr   string
+	// gcBytes is the most blob GC bytes the child reported writing.
+	gcBytes int64
 }
 
 // runChild starts a child on dir with seed and kills it with SIGKILL
@@ -166,6 +185,9 @@ func runChild(t *testing.T, dir string, seed uint64, delay time.Duration, atComp
 					t.Fatalf("child printed %q after ack %d", line, res.lastAck)
 				}
 				res.lastAck = n
+			case strings.HasPrefix(line, "gcbytes "):
+				n, _ := strconv.ParseInt(line[8:], 10, 64)
+				res.gcBytes = max(res.gcBytes, n)
 			case strings.HasPrefix(line, "compact "):
 				if atCompaction {
 					time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
@@ -258,6 +280,20 @@ func TestKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes; skipped in -short")
 	}
+	runKill9(t)
+}
+
+// TestKill9Blob is TestKill9 with key-value separation: values of 200
+// bytes and more live in blob files.
+func TestKill9Blob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes; skipped in -short")
+	}
+	t.Setenv(childMinBlobEnv, "200")
+	runKill9(t)
+}
+
+func runKill9(t *testing.T) {
 	base := *flagSeed
 	if base == 0 {
 		base = rand.Uint64() >> 1
@@ -266,7 +302,8 @@ func TestKill9(t *testing.T) {
 	rng := rand.New(rand.NewPCG(base, 0x6b696c6c))
 	dir := t.TempDir()
 	m := make(model) // the DB's state, as of the last verified round
-	var acks, inflightApplied, atCompaction int
+	var acks, inflightApplied, atCompaction, maxBlobFiles int
+	var gcWritten int64
 	for round := 0; round < *flagRounds; round++ {
 		seed := base + uint64(round)
 		delay := time.Duration(5+rng.IntN(296)) * time.Millisecond
@@ -298,6 +335,8 @@ func TestKill9(t *testing.T) {
 			t.Fatalf("round %d (seed %d, %d acks, killed %s): Open after kill -9: %v\nDB preserved at %s",
 				round, seed, res.lastAck+1, res.killedAt, err, preserve(t, dir))
 		}
+		maxBlobFiles = max(maxBlobFiles, db.Metrics().Blob.Files)
+		gcWritten += res.gcBytes
 		got, err := contents(db)
 		if err != nil {
 			db.Close()
@@ -324,5 +363,14 @@ func TestKill9(t *testing.T) {
 		*flagRounds, atCompaction, acks, inflightApplied, len(m))
 	if acks == 0 {
 		t.Fatal("no child acknowledged any op: the test checked nothing")
+	}
+	if options().MinBlobSize > 0 {
+		if maxBlobFiles == 0 {
+			t.Fatal("key-value separation on, but no recovered DB had a blob file")
+		}
+		t.Logf("blob GC: children reported %d bytes rewritten", gcWritten)
+		if gcWritten == 0 {
+			t.Fatal("no child ran blob GC: kills never hit it")
+		}
 	}
 }

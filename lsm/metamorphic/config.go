@@ -18,10 +18,11 @@ type Config struct {
 
 func (c Config) String() string {
 	o := c.Opts
-	return fmt.Sprintf("%s{memtable=%d blocks=%d restart=%d L0trigger=%d targetFile=%d lbase=%d mult=%d compression=%v filterBits=%v memBloomBits=%v cache=%d walRecovery=%d walSyncRecord=%d disableWAL=%v}",
+	return fmt.Sprintf("%s{memtable=%d blocks=%d restart=%d L0trigger=%d targetFile=%d lbase=%d mult=%d compression=%v filterBits=%v memBloomBits=%v cache=%d walRecovery=%d walSyncRecord=%d disableWAL=%v minBlob=%d blobFile=%d blobCache=%d}",
 		c.Name, o.MemTableSizeBytes, o.BlockSizeBytes, o.BlockRestartInterval, o.L0CompactionThreshold,
 		o.TargetFileSizeBytes, o.LBaseMaxBytes, o.LevelMultiplier, o.Compression, o.FilterBitsPerKey,
-		o.MemtableBloomBitsPerKey, o.CacheSizeBytes, o.WALRecovery, o.WALSyncRecordBytes, o.DisableWAL)
+		o.MemtableBloomBitsPerKey, o.CacheSizeBytes, o.WALRecovery, o.WALSyncRecordBytes, o.DisableWAL,
+		o.MinBlobSize, o.BlobTargetFileSizeBytes, o.BlobCacheSizeBytes)
 }
 
 // Configs returns the option sets every workload runs under. Sizes that
@@ -39,6 +40,9 @@ func (c Config) String() string {
 //     bits per key (many false positives); WAL sizes recorded only when a
 //     WAL is closed.
 //   - nowal: the WAL disabled.
+//   - blob64: key-value separation of values from 64 bytes, small blob
+//     files and a blob cache that evicts, tiny memtables and files.
+//   - blob4k: separation of values from 4 KiB (the large ones only).
 func Configs(seed uint64) []Config {
 	rng := rand.New(rand.NewPCG(seed, 0x636f6e666967))
 	tinyBlock := 64 + rng.IntN(193)
@@ -83,6 +87,24 @@ func Configs(seed uint64) []Config {
 			L0CompactionThreshold: 2,
 			TargetFileSizeBytes:   16 << 10,
 			DisableWAL:            true,
+		}},
+		{Name: "blob64", Opts: lsm.Options{
+			MemTableSizeBytes:       64 << 10,
+			L0CompactionThreshold:   2,
+			TargetFileSizeBytes:     int64(4<<10 + rng.IntN(12<<10)),
+			LBaseMaxBytes:           64 << 10,
+			BlockSizeBytes:          512,
+			MinBlobSize:             64,
+			BlobTargetFileSizeBytes: int64(8<<10 + rng.IntN(56<<10)),
+			BlobCacheSizeBytes:      64 << 10,
+			MaxOpenBlobFiles:        4,
+		}},
+		{Name: "blob4k", Opts: lsm.Options{
+			MemTableSizeBytes:     128 << 10,
+			L0CompactionThreshold: 3,
+			TargetFileSizeBytes:   32 << 10,
+			MinBlobSize:           4096,
+			WALSyncRecordBytes:    1,
 		}},
 	}
 }

@@ -421,6 +421,14 @@ func (s *sweepRun) compact() {
 	}
 }
 
+// blobGC rewrites every blob file (key-value separation configs only).
+func (s *sweepRun) blobGC() {
+	s.step++
+	if s.db != nil {
+		s.noteErr("BlobGC", s.db.BlobGC(0))
+	}
+}
+
 func (s *sweepRun) checkpoint(dir string) {
 	s.step++
 	if s.db == nil {
@@ -443,6 +451,9 @@ func (s *sweepRun) run() {
 	s.flush()
 	s.writes(80, 25)
 	s.compact()
+	if s.opts.MinBlobSize > 0 {
+		s.blobGC()
+	}
 	s.read()
 	s.writes(105, 20) // left in the WAL for the reopen to replay
 	s.close()
@@ -583,6 +594,26 @@ var sweepConfigs = []struct {
 			BlockSizeBytes:        256,
 			Compression:           lsm.SnappyCompression,
 		},
+	},
+	{
+		// Key-value separation: failures hit blob file creation, writes,
+		// syncs, the directory sync before the manifest edit, blob reads
+		// on cache misses, and the deletion of blob files whose indexes
+		// compactions dropped.
+		name: "blob",
+		opts: lsm.Options{
+			MemTableSizeBytes:         64 << 10,
+			L0CompactionThreshold:     20,
+			L0SlowdownWritesThreshold: 40,
+			L0StopWritesThreshold:     40,
+			BlockSizeBytes:            512,
+			MinBlobSize:               100,
+			BlobTargetFileSizeBytes:   16 << 10,
+			BlobCacheSizeBytes:        -1,
+			// GC runs where the workload says (deterministic indexes).
+			BlobGCDiscardRatio: -1,
+		},
+		deterministic: true,
 	},
 }
 

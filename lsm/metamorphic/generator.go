@@ -44,6 +44,7 @@ const (
 	kindCrash
 	kindMetrics
 	kindInvalid
+	kindBlobGC
 	numOpKinds
 )
 
@@ -67,6 +68,7 @@ var baseWeights = [numOpKinds]float64{
 	kindCrash:       0.5,
 	kindMetrics:     0.5,
 	kindInvalid:     0.3,
+	kindBlobGC:      0.6,
 }
 
 // maxOpenSnapshots bounds the snapshots a workload holds open at once.
@@ -186,6 +188,8 @@ func (g *generator) make(k opKind) Op {
 		return g.iter(g.pickSnap())
 	case kindFlush:
 		return &flushOp{}
+	case kindBlobGC:
+		return &blobGCOp{minRatio: []float64{0, 0.2, 0.5}[g.rng.IntN(3)]}
 	case kindCompact:
 		start, end := g.keyRange()
 		if g.rng.IntN(4) == 0 {
@@ -375,8 +379,10 @@ func (g *generator) iter(snap int) Op {
 			switch y := g.rng.IntN(10); {
 			case y < 7:
 				op = g.write(kindPut + opKind(g.rng.IntN(4)))
-			case y < 9:
+			case y < 8:
 				op = &flushOp{}
+			case y < 9:
+				op = &blobGCOp{}
 			default:
 				start, end := g.keyRange()
 				op = &compactOp{start: start, end: end}

@@ -155,6 +155,9 @@ func TestMetamorphic(t *testing.T) {
 // flushes and compactions did not get any: the test would be weaker than it
 // claims.
 func checkExercised(t *testing.T, cfg Config, n int, s Stats) {
+	if cfg.Opts.MinBlobSize > 0 && cfg.Opts.MinBlobSize < 1024 && n >= 2000 && s.MaxBlobFiles == 0 {
+		t.Errorf("config %s ran %d ops and never had a blob file", cfg.Name, n)
+	}
 	if cfg.Name != "tiny" || n < 2000 {
 		return
 	}

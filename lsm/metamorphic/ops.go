@@ -197,6 +197,13 @@ func fmtBound(b []byte) string {
 
 type flushOp struct{}
 
+// blobGCOp forces blob GC of every blob file whose garbage ratio is at
+// least minRatio (0: every file), with whatever snapshots and iterators
+// are open.
+type blobGCOp struct{ minRatio float64 }
+
+func (o *blobGCOp) String() string { return fmt.Sprintf("blobGC(%.1f)", o.minRatio) }
+
 func (o *flushOp) String() string { return "flush()" }
 
 // compactOp compacts [start, end] (inclusive user keys; nil is unbounded).

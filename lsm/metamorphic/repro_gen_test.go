@@ -130,6 +130,8 @@ func TestRepro(t *testing.T) {
 			}
 		case *flushOp:
 			fmt.Fprintf(&b, "\tmust(db.Flush())\n")
+		case *blobGCOp:
+			fmt.Fprintf(&b, "\tmust(db.BlobGC(%v))\n", o.minRatio)
 		case *compactOp:
 			fmt.Fprintf(&b, "\tmust(db.Compact(%s, %s))\n", bs(o.start), bs(o.end))
 		case *iterOp:

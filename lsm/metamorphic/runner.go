@@ -39,6 +39,10 @@ type Stats struct {
 	// any single deeper level; DeepestLevel the deepest non-empty level.
 	MaxL0Files, MaxLevelFiles, DeepestLevel int
 	Reopens, Crashes, Checkpoints           int
+	// MaxBlobFiles is the most blob files seen in a version; BlobCacheHits
+	// the blob cache hits seen (key-value separation configs).
+	MaxBlobFiles  int
+	BlobCacheHits int64
 	// CrashesLosingWrites counts crashes that recovered fewer writes than
 	// were acknowledged (allowed for unsynced writes).
 	CrashesLosingWrites int
@@ -199,6 +203,12 @@ func (r *runner) exec(op Op) (string, error) {
 			return "", r.failf("Flush: %v", err)
 		}
 		r.markDurable()
+		return "ok", nil
+	case *blobGCOp:
+		// No markDurable: GC syncs the WAL only when it rewrites.
+		if err := r.db.BlobGC(o.minRatio); err != nil {
+			return "", r.failf("BlobGC: %v", err)
+		}
 		return "ok", nil
 	case *compactOp:
 		if err := r.db.Compact(o.start, o.end); err != nil {
@@ -500,6 +510,8 @@ func (r *runner) recordMetrics(m *lsm.Metrics) {
 
 func (r *runner) noteLevels(m *lsm.Metrics) {
 	r.stats.MaxL0Files = max(r.stats.MaxL0Files, m.Levels[0].NumFiles)
+	r.stats.MaxBlobFiles = max(r.stats.MaxBlobFiles, m.Blob.Files)
+	r.stats.BlobCacheHits = max(r.stats.BlobCacheHits, m.Blob.Cache.Hits)
 	for l := 1; l < len(m.Levels); l++ {
 		if n := m.Levels[l].NumFiles; n > 0 {
 			r.stats.MaxLevelFiles = max(r.stats.MaxLevelFiles, n)

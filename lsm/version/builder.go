@@ -29,6 +29,10 @@ type builder struct {
 	// deletedBase holds the files of base deleted by the edits so far,
 	// mapped to their position in their level.
 	deletedBase map[base.FileNum]FileLocation
+	// blobs is the blob files so far; blobsCopied says whether it is
+	// still the base version's (shared) map.
+	blobs       map[base.FileNum]*BlobFileMetadata
+	blobsCopied bool
 }
 
 func newBuilder(v *Version, errorf func(format string, args ...any) error) *builder {
@@ -37,6 +41,7 @@ func newBuilder(v *Version, errorf func(format string, args ...any) error) *buil
 		errorf:      errorf,
 		added:       make(map[base.FileNum]NewFile),
 		deletedBase: make(map[base.FileNum]FileLocation),
+		blobs:       v.BlobFiles,
 	}
 }
 
@@ -90,6 +95,11 @@ func (b *builder) apply(e *VersionEdit) error {
 		}
 		b.added[m.FileNum] = nf
 	}
+	blobs, copied, err := applyBlobs(b.blobs, b.blobsCopied, e, b.errorf)
+	if err != nil {
+		return err
+	}
+	b.blobs, b.blobsCopied = blobs, copied
 	return nil
 }
 
@@ -188,7 +198,11 @@ func (b *builder) version() (*Version, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Version{Levels: levels}, nil
+	blobs := b.blobs
+	if len(blobs) == 0 {
+		blobs = nil
+	}
+	return &Version{Levels: levels, BlobFiles: blobs}, nil
 }
 
 // corruptionf and invalidArgf are the builder's error constructors for

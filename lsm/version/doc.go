@@ -119,6 +119,21 @@
 // valid internal key, and a file's smallest key and sequence number no larger
 // than its largest; the same deleted file may not appear twice.
 //
+// Blob files (key-value separation, lsm/blob) have three fields, each a
+// sequence of uvarints:
+//
+//	new blob file (8):     | file num | size | record count | record bytes |
+//	deleted blob file (9): | file num |
+//	blob garbage (10):     | file num | garbage count | garbage bytes |
+//
+// Garbage adds to what was recorded before; a file whose garbage count
+// reaches its record count leaves the version (no table references it any
+// more), and garbage for, or the deletion of, a file no longer in the
+// version is ignored. These
+// tags are deliberately outside the safe-to-ignore range: a version that
+// does not know them must refuse the manifest, since skipping them would
+// open tables whose values live in files it does not track.
+//
 // Tags with bit 13 set (tag&0x2000 != 0) are always followed by a length and
 // are skipped by readers that do not know them: a future version adds
 // optional information (which older readers may safely lose) under such

@@ -22,6 +22,14 @@ const (
 	tagDeletedFile    = 6
 	tagNewFile        = 7
 
+	// Blob-file fields (key-value separation). They are deliberately NOT
+	// in the safe-to-ignore range: a reader that skipped them would open a
+	// DB whose tables point into blob files it does not know, and lose
+	// values. An older version refuses such a manifest as corrupt instead.
+	tagNewBlobFile     = 8
+	tagDeletedBlobFile = 9
+	tagBlobGarbage     = 10
+
 	// tagSafeIgnoreMask marks tags that a reader may skip when it does not
 	// know them: such a tag is always followed by a uvarint length and that
 	// many bytes. A future version adds optional fields with tags in this
@@ -102,7 +110,36 @@ type VersionEdit struct {
 	NewFiles     []NewFile
 	// WALsSynced are synced sizes of WALs, at most one per WAL.
 	WALsSynced []WALSynced
+	// Blob files: deletions apply first, then additions, then garbage.
+	// A file whose garbage count reaches its record count leaves the
+	// version without an explicit deletion.
+	DeletedBlobFiles []base.FileNum
+	NewBlobFiles     []*BlobFileMetadata
+	BlobGarbage      []BlobGarbage
 }
+
+// addBlobSnapshot records blobs as new files plus their garbage: the blob
+// part of a manifest's first edit.
+func (e *VersionEdit) addBlobSnapshot(blobs map[base.FileNum]*BlobFileMetadata) {
+	nums := make([]base.FileNum, 0, len(blobs))
+	for n := range blobs {
+		nums = append(nums, n)
+	}
+	slices.Sort(nums)
+	for _, n := range nums {
+		m := *blobs[n]
+		g := BlobGarbage{FileNum: n, Count: m.GarbageCount, Bytes: m.GarbageBytes}
+		m.GarbageCount, m.GarbageBytes, m.refs = 0, 0, nil
+		e.NewBlobFiles = append(e.NewBlobFiles, &m)
+		if g.Count != 0 || g.Bytes != 0 {
+			e.BlobGarbage = append(e.BlobGarbage, g)
+		}
+	}
+}
+
+// AddBlobSnapshot records every blob file of v, with its garbage, as an
+// edit that recreates them from nothing (a checkpoint's manifest).
+func (e *VersionEdit) AddBlobSnapshot(v *Version) { e.addBlobSnapshot(v.BlobFiles) }
 
 // DeleteFile records the removal of file n from level.
 func (e *VersionEdit) DeleteFile(level int, n base.FileNum) {
@@ -179,6 +216,23 @@ func (e *VersionEdit) AppendEncoded(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, m.NumEntries)
 		dst = binary.AppendUvarint(dst, m.NumDeletions)
 		dst = binary.AppendUvarint(dst, m.NumRangeDeletions)
+	}
+	for _, n := range e.DeletedBlobFiles {
+		dst = binary.AppendUvarint(dst, tagDeletedBlobFile)
+		dst = binary.AppendUvarint(dst, uint64(n))
+	}
+	for _, m := range e.NewBlobFiles {
+		dst = binary.AppendUvarint(dst, tagNewBlobFile)
+		dst = binary.AppendUvarint(dst, uint64(m.FileNum))
+		dst = binary.AppendUvarint(dst, m.Size)
+		dst = binary.AppendUvarint(dst, m.Count)
+		dst = binary.AppendUvarint(dst, m.RecordBytes)
+	}
+	for _, g := range e.BlobGarbage {
+		dst = binary.AppendUvarint(dst, tagBlobGarbage)
+		dst = binary.AppendUvarint(dst, uint64(g.FileNum))
+		dst = binary.AppendUvarint(dst, g.Count)
+		dst = binary.AppendUvarint(dst, g.Bytes)
 	}
 	for _, w := range e.WALsSynced {
 		var payload [2 * binary.MaxVarintLen64]byte
@@ -293,6 +347,35 @@ func (e *VersionEdit) decode(b []byte) error {
 				return base.MarkCorruption(err)
 			}
 			e.AddFile(level, m)
+
+		case tagDeletedBlobFile:
+			n := d.fileNum("deleted blob file number")
+			if d.err == nil && slices.Contains(e.DeletedBlobFiles, n) {
+				d.fail(fmt.Sprintf("blob file %s deleted twice", n))
+			}
+			if d.err == nil {
+				e.DeletedBlobFiles = append(e.DeletedBlobFiles, n)
+			}
+
+		case tagNewBlobFile:
+			m := &BlobFileMetadata{}
+			m.FileNum = d.fileNum("new blob file number")
+			m.Size = d.uvarint("blob file size")
+			m.Count = d.uvarint("blob record count")
+			m.RecordBytes = d.uvarint("blob record bytes")
+			if d.err != nil {
+				break
+			}
+			if err := m.validate(); err != nil {
+				return base.MarkCorruption(err)
+			}
+			e.NewBlobFiles = append(e.NewBlobFiles, m)
+
+		case tagBlobGarbage:
+			g := BlobGarbage{FileNum: d.fileNum("blob garbage file number"), Count: d.uvarint("blob garbage count"), Bytes: d.uvarint("blob garbage bytes")}
+			if d.err == nil {
+				e.BlobGarbage = append(e.BlobGarbage, g)
+			}
 
 		case tagWALSynced:
 			// The payload is length-prefixed like every safe-to-ignore
@@ -417,6 +500,15 @@ func (e *VersionEdit) String() string {
 	for _, nf := range e.NewFiles {
 		fmt.Fprintf(&sb, "add-file: L%d %s seqs=[%d-%d] size=%d\n",
 			nf.Level, nf.Meta, nf.Meta.SmallestSeq, nf.Meta.LargestSeq, nf.Meta.Size)
+	}
+	for _, n := range e.DeletedBlobFiles {
+		fmt.Fprintf(&sb, "del-blob: %s\n", n)
+	}
+	for _, m := range e.NewBlobFiles {
+		fmt.Fprintf(&sb, "add-blob: %s\n", m)
+	}
+	for _, g := range e.BlobGarbage {
+		fmt.Fprintf(&sb, "blob-garbage: %s count=%d bytes=%d\n", g.FileNum, g.Count, g.Bytes)
 	}
 	for _, w := range e.WALsSynced {
 		fmt.Fprintf(&sb, "wal-synced: %s size=%d\n", w.Num, w.SyncedSize)

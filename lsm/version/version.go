@@ -31,6 +31,11 @@ type FileLocation struct {
 type Version struct {
 	Levels [NumLevels][]*FileMetadata
 
+	// BlobFiles are the version's blob files (key-value separation), by
+	// number; nil when there are none. The map may be shared with other
+	// versions: never modify it.
+	BlobFiles map[base.FileNum]*BlobFileMetadata
+
 	// fileLocations maps every file of the version to its place. It is built
 	// once by PrepareForInstall, before the version is installed, and is
 	// read-only afterwards. See doc.go ("The file-location hash").
@@ -97,6 +102,9 @@ func (v *Version) takeFileRefs() {
 			f.ref()
 		}
 	}
+	for _, b := range v.BlobFiles {
+		b.refs.Add(1)
+	}
 }
 
 // releaseFileRefs drops the version's reference from each of its files and
@@ -107,6 +115,21 @@ func (v *Version) releaseFileRefs(obsolete []base.FileNum) []base.FileNum {
 			if f.unref() {
 				obsolete = append(obsolete, f.FileNum)
 			}
+		}
+	}
+	return obsolete
+}
+
+// releaseBlobRefs drops the version's reference from each of its blob
+// files and appends to obsolete those whose count reached zero.
+func (v *Version) releaseBlobRefs(obsolete []base.FileNum) []base.FileNum {
+	for _, b := range v.BlobFiles {
+		n := b.refs.Add(-1)
+		if n < 0 {
+			panic(fmt.Sprintf("version: blob file %s: negative reference count %d", b.FileNum, n))
+		}
+		if n == 0 {
+			obsolete = append(obsolete, b.FileNum)
 		}
 	}
 	return obsolete

@@ -116,7 +116,9 @@ type VersionSet struct {
 		// obsoleteTables are table files no live version contains;
 		// obsoleteManifests are manifests CURRENT no longer names. Drained
 		// by ObsoleteFiles and ObsoleteManifests.
-		obsoleteTables    []base.FileNum
+		obsoleteTables []base.FileNum
+		// obsoleteBlobs are blob files no live version contains.
+		obsoleteBlobs     []base.FileNum
 		obsoleteManifests []base.FileNum
 	}
 }
@@ -275,6 +277,9 @@ func (vs *VersionSet) replay(num base.FileNum) (*Version, error) {
 			vs.MarkFileNumUsed(f.FileNum)
 		}
 	}
+	for n := range v.BlobFiles {
+		vs.MarkFileNumUsed(n)
+	}
 	return v, nil
 }
 
@@ -326,6 +331,7 @@ func (vs *VersionSet) snapshotEdit(v *Version, logNumber base.FileNum, cps [NumL
 			e.NewFiles = append(e.NewFiles, NewFile{Level: level, Meta: f})
 		}
 	}
+	e.addBlobSnapshot(v.BlobFiles)
 	for n, size := range wals {
 		if n >= logNumber {
 			e.WALsSynced = append(e.WALsSynced, WALSynced{Num: n, SyncedSize: size})
@@ -411,6 +417,7 @@ func (vs *VersionSet) LogAndApply(mu *sync.Mutex, edit *VersionEdit) error {
 		// The edit's new files may be in the durable manifest; never report
 		// them obsolete. Files of the current version keep its references.
 		nv.releaseFileRefs(nil)
+		nv.releaseBlobRefs(nil)
 	}
 	mu.Lock()
 	start = time.Now()
@@ -570,6 +577,16 @@ func (vs *VersionSet) ObsoleteFiles() []base.FileNum {
 	return out
 }
 
+// ObsoleteBlobFiles returns, and forgets, the blob files that no live
+// version contains any more. Safe without the DB mutex.
+func (vs *VersionSet) ObsoleteBlobFiles() []base.FileNum {
+	vs.list.Lock()
+	defer vs.list.Unlock()
+	out := vs.list.obsoleteBlobs
+	vs.list.obsoleteBlobs = nil
+	return out
+}
+
 // ObsoleteManifests returns, and forgets, the manifests that CURRENT no
 // longer names. Safe without the DB mutex.
 func (vs *VersionSet) ObsoleteManifests() []base.FileNum {
@@ -580,7 +597,7 @@ func (vs *VersionSet) ObsoleteManifests() []base.FileNum {
 	return out
 }
 
-// LiveFiles returns the table files of every live version: the current one
+// LiveFiles returns the table and blob files of every live version: the current one
 // and every one still pinned by a reader. Files of an edit that LogAndApply
 // has not yet installed are not included; the DB must protect its own
 // pending outputs. Safe without the DB mutex.
@@ -593,6 +610,9 @@ func (vs *VersionSet) LiveFiles() map[base.FileNum]struct{} {
 			for _, f := range files {
 				live[f.FileNum] = struct{}{}
 			}
+		}
+		for n := range v.BlobFiles {
+			live[n] = struct{}{}
 		}
 	}
 	return live
@@ -624,6 +644,7 @@ func (vs *VersionSet) releaseVersion(v *Version) {
 	defer vs.list.Unlock()
 	v.remove()
 	vs.list.obsoleteTables = v.releaseFileRefs(vs.list.obsoleteTables)
+	vs.list.obsoleteBlobs = v.releaseBlobRefs(vs.list.obsoleteBlobs)
 }
 
 // pushBack links v at the end of the list whose sentinel is l.

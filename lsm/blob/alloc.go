@@ -1,0 +1,190 @@
+package blob
+
+import (
+	"fmt"
+	"sync"
+)
+
+// The allocator hands out the cache's buffers from slabs that live outside
+// the Go heap (mmap'd on Unix, see mmap_unix.go). A slab serves one size
+// class; classes grow by 1/8 from minClass, so at most about 12% of a
+// buffer is rounding waste. Requests above maxClass get a mapping of their
+// own. A slab whose chunks are all free is unmapped (unless it is the last
+// slab of its class), so memory released by the cache returns to the
+// operating system rather than staying with a class that no longer needs
+// it.
+const (
+	minClass = 64
+	maxClass = 256 << 10
+	slabSize = 1 << 20
+)
+
+var classSizes = func() []int {
+	var cs []int
+	for s := minClass; ; {
+		cs = append(cs, s)
+		if s >= maxClass {
+			return cs
+		}
+		n := s + s/8
+		n = (n + 63) &^ 63 // 64-byte aligned
+		s = min(n, maxClass)
+	}
+}()
+
+// classOf returns the index of the smallest class holding n bytes, or -1.
+func classOf(n int) int {
+	lo, hi := 0, len(classSizes)
+	for lo < hi {
+		m := (lo + hi) / 2
+		if classSizes[m] < n {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == len(classSizes) {
+		return -1
+	}
+	return lo
+}
+
+// buffer is one allocation: b is its usable memory (len = requested size,
+// cap = the chunk).
+type buffer struct {
+	b    []byte
+	mem  []byte // a dedicated mapping, as mmap returned it
+	slab *slab  // nil for a dedicated mapping
+	idx  int    // chunk index in slab
+}
+
+type slab struct {
+	mem   []byte
+	class int
+	free  []int32 // free chunk indexes
+	used  int
+}
+
+type allocator struct {
+	mu sync.Mutex
+	// The fields below are guarded by mu.
+	partial [][]*slab // per class: slabs with a free chunk
+	slabs   map[*slab]struct{}
+	// mappedBytes counts mapped memory; outstanding counts live buffers.
+	mappedBytes int64
+	outstanding int64
+	closed      bool
+}
+
+func newAllocator() *allocator {
+	return &allocator{partial: make([][]*slab, len(classSizes)), slabs: make(map[*slab]struct{})}
+}
+
+// alloc returns a buffer of n bytes (its charge is cap(b)).
+func (a *allocator) alloc(n int) (*buffer, error) {
+	c := classOf(n)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, fmt.Errorf("blob: cache closed")
+	}
+	if c < 0 {
+		mem, err := mmapBytes(n)
+		if err != nil {
+			return nil, err
+		}
+		a.mappedBytes += int64(len(mem))
+		a.outstanding++
+		return &buffer{b: mem[:n:n], mem: mem}, nil
+	}
+	var s *slab
+	if p := a.partial[c]; len(p) > 0 {
+		s = p[len(p)-1]
+	} else {
+		size := classSizes[c]
+		mem, err := mmapBytes(max(slabSize, size))
+		if err != nil {
+			return nil, err
+		}
+		s = &slab{mem: mem, class: c}
+		for i := len(mem)/size - 1; i >= 0; i-- {
+			s.free = append(s.free, int32(i))
+		}
+		a.slabs[s] = struct{}{}
+		a.partial[c] = append(a.partial[c], s)
+		a.mappedBytes += int64(len(mem))
+	}
+	i := int(s.free[len(s.free)-1])
+	s.free = s.free[:len(s.free)-1]
+	s.used++
+	if len(s.free) == 0 {
+		a.partial[c] = a.partial[c][:len(a.partial[c])-1]
+	}
+	a.outstanding++
+	size := classSizes[c]
+	chunk := s.mem[i*size : (i+1)*size : (i+1)*size]
+	return &buffer{b: chunk[:n], slab: s, idx: i}, nil
+}
+
+// free returns buf's memory. buf must not be used afterwards.
+func (a *allocator) free(buf *buffer) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.outstanding--
+	if buf.slab == nil {
+		a.mappedBytes -= int64(len(buf.mem))
+		munmapBytes(buf.mem)
+		buf.b, buf.mem = nil, nil
+		return
+	}
+	s := buf.slab
+	idx := buf.idx
+	buf.b = nil
+	if len(s.free) == 0 {
+		a.partial[s.class] = append(a.partial[s.class], s)
+	}
+	s.free = append(s.free, int32(idx))
+	s.used--
+	if s.used == 0 && !a.closed && len(a.partial[s.class]) > 1 {
+		// Unmap the empty slab, unless it is its class's only one: a cache
+		// that holds nothing (or a read that is not cached) would map and
+		// unmap a slab per read.
+		p := a.partial[s.class]
+		for j, x := range p {
+			if x == s {
+				p[j] = p[len(p)-1]
+				a.partial[s.class] = p[:len(p)-1]
+				break
+			}
+		}
+		delete(a.slabs, s)
+		a.mappedBytes -= int64(len(s.mem))
+		munmapBytes(s.mem)
+		s.mem = nil
+	}
+}
+
+// stats returns the mapped bytes and the number of live buffers.
+func (a *allocator) stats() (mappedBytes, outstanding int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.mappedBytes, a.outstanding
+}
+
+// close unmaps every slab. It returns an error, and unmaps nothing, if
+// buffers are still outstanding: unmapping memory that a handle still
+// views would turn a leak into a crash.
+func (a *allocator) close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.outstanding != 0 {
+		return fmt.Errorf("blob: cache closed with %d buffers still referenced (leaked handles)", a.outstanding)
+	}
+	for s := range a.slabs {
+		munmapBytes(s.mem)
+		a.mappedBytes -= int64(len(s.mem))
+	}
+	a.slabs = nil
+	a.closed = true
+	return nil
+}

@@ -1,0 +1,371 @@
+package blob
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cairnkv/cairn/lsm/internal/base"
+)
+
+// cacheKey names one record of one cache user's blob file.
+type cacheKey struct {
+	id      uint64
+	fileNum base.FileNum
+	offset  uint64
+}
+
+// cacheEntry is one cached, verified record.
+type cacheEntry struct {
+	key cacheKey
+	buf *buffer
+	// value is the record's value: a view of buf.b.
+	value []byte
+	// charge is what the entry costs its shard: the buffer's chunk.
+	charge int64
+	// refs counts the cache (one, while the entry is in its shard) and
+	// every Handle. The buffer is freed when it reaches zero; a lookup
+	// takes a reference only while refs > 0, so a freed entry is never
+	// handed out.
+	refs atomic.Int32
+	// visited is CLOCK's reference bit: set on a hit, cleared by the hand.
+	visited atomic.Bool
+	// ringIdx is the entry's position in its shard's ring.
+	// Guarded by the shard's mu.
+	ringIdx int
+}
+
+type cacheShard struct {
+	// entries is read without mu (the hit path); written with mu held.
+	entries sync.Map // cacheKey → *cacheEntry
+
+	mu sync.Mutex
+	// The fields below are guarded by mu.
+
+	// ring holds the shard's entries in CLOCK order; hand is the next to
+	// consider. Invariant: size <= capacity whenever mu is not held.
+	ring     []*cacheEntry
+	hand     int
+	size     int64
+	capacity int64
+
+	// locks counts acquisitions of mu, to prove the hit path takes none.
+	locks atomic.Int64
+	_     [64]byte
+}
+
+func (s *cacheShard) lock() {
+	s.locks.Add(1)
+	s.mu.Lock()
+}
+
+// Cache is the blob cache: a sharded, byte-bounded CLOCK cache of verified
+// blob records whose memory is off the Go heap (see doc.go). It is safe for
+// concurrent use. A nil *Cache caches nothing.
+type Cache struct {
+	shards   []cacheShard
+	mask     uint64
+	alloc    *allocator
+	capacity int64
+	nextID   atomic.Uint64
+
+	hits, misses atomic.Int64
+}
+
+// CacheMetrics describe a blob cache at one moment.
+type CacheMetrics struct {
+	// Size is the total charge of cached records; Capacity the budget.
+	Size, Capacity int64
+	Count          int64
+	Hits, Misses   int64
+	// MappedBytes is the memory the cache's allocator holds from the
+	// operating system; Outstanding counts buffers in use (cached or
+	// held by a Handle).
+	MappedBytes, Outstanding int64
+	// Locks counts shard mutex acquisitions (inserts, evictions); hits
+	// take none.
+	Locks int64
+}
+
+// NewCache returns a blob cache of capacityBytes. A capacity <= 0 caches
+// nothing (reads still go through the allocator and are released at once).
+func NewCache(capacityBytes int64) *Cache {
+	n := 16
+	for n > 1 && capacityBytes/int64(n) < 4<<20 {
+		n /= 2
+	}
+	c := &Cache{shards: make([]cacheShard, n), mask: uint64(n - 1), alloc: newAllocator(), capacity: max(capacityBytes, 0)}
+	for i := range c.shards {
+		c.shards[i].capacity = c.capacity / int64(n)
+	}
+	return c
+}
+
+// NewID returns an id, unique within c, that a user puts in its keys.
+func (c *Cache) NewID() uint64 { return c.nextID.Add(1) }
+
+func (c *Cache) shardFor(k cacheKey) *cacheShard {
+	h := k.id*0x9e3779b97f4a7c15 ^ uint64(k.fileNum)*0xc2b2ae3d27d4eb4f ^ k.offset*0x165667b19e3779f9
+	h ^= h >> 31
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 29
+	return &c.shards[h&c.mask]
+}
+
+// Handle is a reference to a verified value. Value is valid until Release;
+// the memory is off the Go heap and is reused after the last release, so
+// the caller must copy what it keeps. A zero Handle is empty.
+type Handle struct {
+	e     *cacheEntry
+	alloc *allocator
+}
+
+// Value returns the value, a view valid until Release.
+func (h Handle) Value() []byte {
+	if h.e == nil {
+		return nil
+	}
+	return h.e.value
+}
+
+// Record returns the whole verified record the value belongs to (lengths,
+// key, value, CRC), a view valid until Release.
+func (h Handle) Record() []byte {
+	if h.e == nil {
+		return nil
+	}
+	return h.e.buf.b
+}
+
+// Release drops the handle's reference. Call it exactly once.
+func (h Handle) Release() {
+	if h.e != nil && h.e.refs.Add(-1) == 0 {
+		h.alloc.free(h.e.buf)
+	}
+}
+
+// Get looks the record at (fileNum, offset) up. On a hit it takes no
+// mutex: a sync.Map load, a compare-and-swap on the entry's reference
+// count and an atomic store of its CLOCK bit.
+func (c *Cache) Get(id uint64, fileNum base.FileNum, offset uint64) (Handle, bool) {
+	if c == nil {
+		return Handle{}, false
+	}
+	k := cacheKey{id, fileNum, offset}
+	v, ok := c.shardFor(k).entries.Load(k)
+	if ok {
+		e := v.(*cacheEntry)
+		for {
+			r := e.refs.Load()
+			if r <= 0 {
+				break // being freed: a miss
+			}
+			if e.refs.CompareAndSwap(r, r+1) {
+				if !e.visited.Load() {
+					e.visited.Store(true)
+				}
+				c.hits.Add(1)
+				return Handle{e: e, alloc: c.alloc}, true
+			}
+		}
+	}
+	c.misses.Add(1)
+	return Handle{}, false
+}
+
+// Buffer is memory from the cache's allocator that a miss reads a record
+// into before Insert takes it.
+type Buffer struct{ buf *buffer }
+
+// Bytes returns the buffer's memory (off the Go heap).
+func (b Buffer) Bytes() []byte { return b.buf.b }
+
+// Alloc returns a buffer of n bytes. The caller passes it to Insert or
+// Free.
+func (c *Cache) Alloc(n int) (Buffer, error) {
+	buf, err := c.alloc.alloc(n)
+	if err != nil {
+		return Buffer{}, err
+	}
+	return Buffer{buf}, nil
+}
+
+// Free returns a buffer that will not be inserted.
+func (c *Cache) Free(b Buffer) { c.alloc.free(b.buf) }
+
+// Insert takes ownership of b, which holds a verified record whose value
+// is b.Bytes()[valStart:valStart+valLen], caches it under (fileNum,
+// offset) and returns a handle to it. If the key is cached already (a
+// concurrent miss won), b is freed and the cached entry returned. A record
+// larger than a shard is not cached; the handle still works.
+func (c *Cache) Insert(id uint64, fileNum base.FileNum, offset uint64, b Buffer, valStart, valLen int) Handle {
+	e := &cacheEntry{
+		key:    cacheKey{id, fileNum, offset},
+		buf:    b.buf,
+		value:  b.buf.b[valStart : valStart+valLen : valStart+valLen],
+		charge: int64(cap(b.buf.b)) + 96,
+	}
+	e.refs.Store(2) // the cache's and the handle's
+	s := c.shardFor(e.key)
+	s.lock()
+	if e.charge > s.capacity {
+		s.mu.Unlock()
+		e.refs.Store(1)
+		return Handle{e: e, alloc: c.alloc}
+	}
+	if v, ok := s.entries.Load(e.key); ok {
+		old := v.(*cacheEntry)
+		old.refs.Add(1) // the cache holds one, so old is live
+		s.mu.Unlock()
+		c.alloc.free(b.buf)
+		return Handle{e: old, alloc: c.alloc}
+	}
+	var victims []*cacheEntry
+	for s.size+e.charge > s.capacity && len(s.ring) > 0 {
+		if s.hand >= len(s.ring) {
+			s.hand = 0
+		}
+		x := s.ring[s.hand]
+		if x.visited.Load() {
+			x.visited.Store(false)
+			s.hand++
+			continue
+		}
+		s.removeLocked(x)
+		victims = append(victims, x)
+	}
+	e.ringIdx = len(s.ring)
+	s.ring = append(s.ring, e)
+	s.size += e.charge
+	s.entries.Store(e.key, e)
+	s.mu.Unlock()
+	for _, x := range victims {
+		c.release(x)
+	}
+	return Handle{e: e, alloc: c.alloc}
+}
+
+// removeLocked takes x out of the shard; the caller drops the cache's
+// reference afterwards.
+// REQUIRES: s.mu held.
+func (s *cacheShard) removeLocked(x *cacheEntry) {
+	s.entries.CompareAndDelete(x.key, x)
+	last := len(s.ring) - 1
+	s.ring[x.ringIdx] = s.ring[last]
+	s.ring[x.ringIdx].ringIdx = x.ringIdx
+	s.ring[last] = nil
+	s.ring = s.ring[:last]
+	s.size -= x.charge
+}
+
+func (c *Cache) release(e *cacheEntry) {
+	if e.refs.Add(-1) == 0 {
+		c.alloc.free(e.buf)
+	}
+}
+
+// EvictFile drops every cached record of (id, fileNum): the engine calls
+// it when it deletes the file. Handles still out stay valid.
+func (c *Cache) EvictFile(id uint64, fileNum base.FileNum) {
+	if c == nil {
+		return
+	}
+	for i := range c.shards {
+		s := &c.shards[i]
+		var victims []*cacheEntry
+		s.lock()
+		for j := 0; j < len(s.ring); {
+			x := s.ring[j]
+			if x.key.id == id && x.key.fileNum == fileNum {
+				s.removeLocked(x)
+				victims = append(victims, x)
+				continue
+			}
+			j++
+		}
+		s.mu.Unlock()
+		for _, x := range victims {
+			c.release(x)
+		}
+	}
+}
+
+// EvictAll drops every cached record of id (a DB closing that shares
+// the cache).
+func (c *Cache) EvictAll(id uint64) {
+	if c == nil {
+		return
+	}
+	for i := range c.shards {
+		s := &c.shards[i]
+		var victims []*cacheEntry
+		s.lock()
+		for j := 0; j < len(s.ring); {
+			x := s.ring[j]
+			if x.key.id == id {
+				s.removeLocked(x)
+				victims = append(victims, x)
+				continue
+			}
+			j++
+		}
+		s.mu.Unlock()
+		for _, x := range victims {
+			c.release(x)
+		}
+	}
+}
+
+// Metrics returns the cache's counters.
+func (c *Cache) Metrics() CacheMetrics {
+	if c == nil {
+		return CacheMetrics{}
+	}
+	m := CacheMetrics{Capacity: c.capacity, Hits: c.hits.Load(), Misses: c.misses.Load()}
+	for i := range c.shards {
+		s := &c.shards[i]
+		m.Locks += s.locks.Load()
+		s.mu.Lock()
+		m.Size += s.size
+		m.Count += int64(len(s.ring))
+		s.mu.Unlock()
+	}
+	m.MappedBytes, m.Outstanding = c.alloc.stats()
+	return m
+}
+
+// Locks returns the number of shard mutex acquisitions so far.
+func (c *Cache) Locks() int64 {
+	var n int64
+	for i := range c.shards {
+		n += c.shards[i].locks.Load()
+	}
+	return n
+}
+
+// Close empties the cache and unmaps its memory. It fails, unmapping
+// nothing, if a Handle or Buffer is still outstanding.
+func (c *Cache) Close() error {
+	if c == nil {
+		return nil
+	}
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.lock()
+		victims := s.ring
+		s.ring = nil
+		s.size = 0
+		s.hand = 0
+		for _, x := range victims {
+			s.entries.CompareAndDelete(x.key, x)
+		}
+		s.mu.Unlock()
+		for _, x := range victims {
+			c.release(x)
+		}
+	}
+	if err := c.alloc.close(); err != nil {
+		return fmt.Errorf("blob: closing cache: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,364 @@
+package blob
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+
+	"github.com/cairnkv/cairn/lsm/internal/base"
+)
+
+// Sizes and constants of the blob file format (see doc.go).
+const (
+	HeaderLen       = 16
+	FooterLen       = 32
+	RecordHeaderLen = 8
+	RecordTrailer   = 4
+	// RecordOverhead is the bytes a record adds to its key and value.
+	RecordOverhead = RecordHeaderLen + RecordTrailer
+
+	formatVersion = 1
+	headerMagic   = "cairnblb"
+	footerMagic   = "BLBF"
+
+	// maxRecordLen bounds a record so that a corrupt length is never taken
+	// at face value.
+	maxRecordLen = 1 << 30
+)
+
+// Compression is the algorithm of a blob file's values.
+type Compression uint8
+
+// CompressionNone stores values as they are. It is the only algorithm this
+// version writes or reads.
+const CompressionNone Compression = 0
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+func crc(b []byte) uint32 { return crc32.Checksum(b, crcTable) }
+
+// RecordLen returns the length of the record of a key and a value.
+func RecordLen(keyLen, valueLen int) int { return RecordOverhead + keyLen + valueLen }
+
+// Index locates a separated value: the entry that the LSM keeps under
+// base.KindBlobIndex in place of the value.
+type Index struct {
+	Compression Compression
+	FileNum     base.FileNum
+	// Offset is the record's offset in the file, Len its full length.
+	Offset, Len uint64
+}
+
+// ValueLen returns the length of the value of a record for a key of
+// keyLen bytes.
+func (x Index) ValueLen(keyLen int) int { return int(x.Len) - RecordOverhead - keyLen }
+
+// AppendEncoded appends x's encoding (see doc.go) to dst.
+func (x Index) AppendEncoded(dst []byte) []byte {
+	dst = append(dst, byte(x.Compression))
+	dst = binary.AppendUvarint(dst, uint64(x.FileNum))
+	dst = binary.AppendUvarint(dst, x.Offset)
+	return binary.AppendUvarint(dst, x.Len)
+}
+
+// DecodeIndex decodes a blob index. It never panics; malformed input
+// returns an error for which base.IsCorruption is true.
+func DecodeIndex(b []byte) (Index, error) {
+	var x Index
+	if len(b) < 1 {
+		return x, base.CorruptionErrorf("blob: empty blob index")
+	}
+	x.Compression = Compression(b[0])
+	b = b[1:]
+	var vals [3]uint64
+	for i := range vals {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return Index{}, base.CorruptionErrorf("blob: truncated blob index")
+		}
+		vals[i] = v
+		b = b[n:]
+	}
+	if len(b) != 0 {
+		return Index{}, base.CorruptionErrorf("blob: %d trailing bytes after blob index", len(b))
+	}
+	x.FileNum, x.Offset, x.Len = base.FileNum(vals[0]), vals[1], vals[2]
+	if x.FileNum == 0 || x.Offset < HeaderLen || x.Len < RecordOverhead || x.Len > maxRecordLen {
+		return Index{}, base.CorruptionErrorf("blob: impossible blob index %+v", x)
+	}
+	if x.Compression != CompressionNone {
+		return Index{}, base.CorruptionErrorf("blob: blob index names unknown compression %d", x.Compression)
+	}
+	return x, nil
+}
+
+// Writer writes one blob file. It buffers records and writes them to the
+// underlying writer in chunks; it is not safe for concurrent use.
+type Writer struct {
+	w       io.Writer
+	fileNum base.FileNum
+	buf     []byte
+	offset  uint64 // offset of the next record
+	count   uint64
+	err     error
+}
+
+// writerBufferSize is the size at which the Writer passes its buffer on.
+const writerBufferSize = 256 << 10
+
+// NewWriter starts blob file fileNum on w and writes its header.
+func NewWriter(w io.Writer, fileNum base.FileNum) *Writer {
+	bw := &Writer{w: w, fileNum: fileNum, buf: make([]byte, 0, writerBufferSize+64<<10)}
+	var h [HeaderLen]byte
+	copy(h[:8], headerMagic)
+	h[8] = formatVersion
+	h[9] = byte(CompressionNone)
+	binary.LittleEndian.PutUint32(h[12:], crc(h[:12]))
+	bw.buf = append(bw.buf, h[:]...)
+	bw.offset = HeaderLen
+	return bw
+}
+
+// Add appends the record (key, value) and returns its index.
+func (w *Writer) Add(key, value []byte) (Index, error) {
+	if w.err != nil {
+		return Index{}, w.err
+	}
+	n := RecordLen(len(key), len(value))
+	if n > maxRecordLen {
+		return Index{}, base.InvalidArgumentf("blob: record of %d bytes", n)
+	}
+	start := len(w.buf)
+	w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(len(key)))
+	w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(len(value)))
+	w.buf = append(w.buf, key...)
+	w.buf = append(w.buf, value...)
+	w.buf = binary.LittleEndian.AppendUint32(w.buf, crc(w.buf[start:]))
+	x := Index{Compression: CompressionNone, FileNum: w.fileNum, Offset: w.offset, Len: uint64(n)}
+	w.offset += uint64(n)
+	w.count++
+	if len(w.buf) >= writerBufferSize {
+		w.flush()
+	}
+	return x, w.err
+}
+
+func (w *Writer) flush() {
+	if w.err == nil && len(w.buf) > 0 {
+		_, w.err = w.w.Write(w.buf)
+	}
+	w.buf = w.buf[:0]
+}
+
+// Count returns the number of records added so far.
+func (w *Writer) Count() uint64 { return w.count }
+
+// Size returns the file's size if it were finished now.
+func (w *Writer) Size() uint64 { return w.offset + FooterLen }
+
+// Stats describe a finished blob file.
+type Stats struct {
+	// Count is the number of records, RecordBytes their total length
+	// (what the blob indexes that point into the file sum to).
+	Count, RecordBytes uint64
+	// Size is the file's length.
+	Size uint64
+}
+
+// Finish writes the footer and flushes. It does not sync or close the
+// underlying writer.
+func (w *Writer) Finish() (Stats, error) {
+	var f [FooterLen]byte
+	binary.LittleEndian.PutUint64(f[0:], w.count)
+	binary.LittleEndian.PutUint64(f[8:], w.offset)
+	binary.LittleEndian.PutUint64(f[16:], w.offset-HeaderLen)
+	binary.LittleEndian.PutUint32(f[24:], crc(f[:24]))
+	copy(f[28:], footerMagic)
+	w.buf = append(w.buf, f[:]...)
+	w.flush()
+	if w.err != nil {
+		return Stats{}, w.err
+	}
+	return Stats{Count: w.count, RecordBytes: w.offset - HeaderLen, Size: w.offset + FooterLen}, nil
+}
+
+// ReadableFile is what a Reader reads: vfs.File satisfies it.
+type ReadableFile interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// Reader reads records of one blob file. It is safe for concurrent use.
+type Reader struct {
+	f       ReadableFile
+	fileNum base.FileNum
+	stats   Stats
+}
+
+// NewReader checks the header and footer of blob file fileNum, size bytes
+// long, and returns a reader that owns f (Close closes it).
+func NewReader(f ReadableFile, fileNum base.FileNum, size int64) (*Reader, error) {
+	if size < HeaderLen+FooterLen {
+		return nil, base.CorruptionErrorf("blob: file %s: %d bytes is too short", fileNum, size)
+	}
+	var h [HeaderLen]byte
+	if _, err := f.ReadAt(h[:], 0); err != nil {
+		return nil, fmt.Errorf("blob: file %s: reading header: %w", fileNum, err)
+	}
+	if string(h[:8]) != headerMagic || binary.LittleEndian.Uint32(h[12:]) != crc(h[:12]) {
+		return nil, base.CorruptionErrorf("blob: file %s: bad header", fileNum)
+	}
+	if h[8] != formatVersion {
+		return nil, base.CorruptionErrorf("blob: file %s: unknown format version %d", fileNum, h[8])
+	}
+	if Compression(h[9]) != CompressionNone {
+		return nil, base.CorruptionErrorf("blob: file %s: unknown compression %d", fileNum, h[9])
+	}
+	var ft [FooterLen]byte
+	if _, err := f.ReadAt(ft[:], size-FooterLen); err != nil {
+		return nil, fmt.Errorf("blob: file %s: reading footer: %w", fileNum, err)
+	}
+	if string(ft[28:]) != footerMagic || binary.LittleEndian.Uint32(ft[24:]) != crc(ft[:24]) {
+		return nil, base.CorruptionErrorf("blob: file %s: bad footer", fileNum)
+	}
+	st := Stats{
+		Count:       binary.LittleEndian.Uint64(ft[0:]),
+		RecordBytes: binary.LittleEndian.Uint64(ft[16:]),
+		Size:        uint64(size),
+	}
+	if dataEnd := binary.LittleEndian.Uint64(ft[8:]); dataEnd != uint64(size)-FooterLen || st.RecordBytes != dataEnd-HeaderLen ||
+		st.Count*RecordOverhead > st.RecordBytes {
+		return nil, base.CorruptionErrorf("blob: file %s: footer disagrees with the file's size %d", fileNum, size)
+	}
+	return &Reader{f: f, fileNum: fileNum, stats: st}, nil
+}
+
+// Stats returns the statistics recorded in the file's footer.
+func (r *Reader) Stats() Stats { return r.stats }
+
+// FileNum returns the file's number.
+func (r *Reader) FileNum() base.FileNum { return r.fileNum }
+
+// Close closes the file.
+func (r *Reader) Close() error { return r.f.Close() }
+
+// ReadRecord reads the record that x locates into buf, which must be
+// exactly x.Len bytes long, and verifies it (see VerifyRecord). It returns
+// the value's position in buf.
+func (r *Reader) ReadRecord(buf []byte, x Index, key []byte) (valStart, valLen int, err error) {
+	if x.FileNum != r.fileNum {
+		return 0, 0, fmt.Errorf("blob: index for file %s given to reader of file %s", x.FileNum, r.fileNum)
+	}
+	if uint64(len(buf)) != x.Len {
+		panic("blob: ReadRecord buffer of the wrong length")
+	}
+	if x.Offset < HeaderLen || x.Offset+x.Len > HeaderLen+r.stats.RecordBytes || x.Offset+x.Len < x.Offset {
+		return 0, 0, base.CorruptionErrorf("blob: file %s: record [%d, +%d) outside the data", r.fileNum, x.Offset, x.Len)
+	}
+	if _, err := r.f.ReadAt(buf, int64(x.Offset)); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = base.MarkCorruption(err)
+		}
+		return 0, 0, fmt.Errorf("blob: file %s: reading record at %d: %w", r.fileNum, x.Offset, err)
+	}
+	valStart, valLen, err = VerifyRecord(buf, key)
+	if err != nil {
+		return 0, 0, fmt.Errorf("blob: file %s: record at %d: %w", r.fileNum, x.Offset, err)
+	}
+	return valStart, valLen, nil
+}
+
+// VerifyRecord checks that rec is one whole record, that its CRC matches,
+// and, when key is not nil, that it was written under key. It returns the
+// value's position in rec. Errors are corruption errors; it never panics.
+func VerifyRecord(rec []byte, key []byte) (valStart, valLen int, err error) {
+	if len(rec) < RecordOverhead {
+		return 0, 0, base.CorruptionErrorf("blob: record of %d bytes", len(rec))
+	}
+	kl := uint64(binary.LittleEndian.Uint32(rec[0:]))
+	vl := uint64(binary.LittleEndian.Uint32(rec[4:]))
+	if RecordOverhead+kl+vl != uint64(len(rec)) {
+		return 0, 0, base.CorruptionErrorf("blob: record lengths %d+%d do not fill %d bytes", kl, vl, len(rec))
+	}
+	body := len(rec) - RecordTrailer
+	if binary.LittleEndian.Uint32(rec[body:]) != crc(rec[:body]) {
+		return 0, 0, base.CorruptionErrorf("blob: record checksum mismatch")
+	}
+	k := rec[RecordHeaderLen : RecordHeaderLen+kl]
+	if key != nil && string(k) != string(key) {
+		return 0, 0, base.CorruptionErrorf("blob: record holds key %q, index was for %q", truncate(k), truncate(key))
+	}
+	return RecordHeaderLen + int(kl), int(vl), nil
+}
+
+func truncate(b []byte) []byte {
+	if len(b) > 32 {
+		return b[:32]
+	}
+	return b
+}
+
+// RecordKey returns the key of a verified record.
+func RecordKey(rec []byte) []byte {
+	kl := binary.LittleEndian.Uint32(rec[0:])
+	return rec[RecordHeaderLen : RecordHeaderLen+kl]
+}
+
+// ReadAt reads len(p) bytes of the file at off; readahead buffers use it.
+func (r *Reader) ReadAt(p []byte, off int64) (int, error) { return r.f.ReadAt(p, off) }
+
+// DataEnd returns the offset at which the file's records end.
+func (r *Reader) DataEnd() uint64 { return HeaderLen + r.stats.RecordBytes }
+
+// Scan calls fn for every record of the file, in order, with its index and
+// the verified record (valid only during the call). Blob GC uses it.
+func (r *Reader) Scan(fn func(x Index, key, value []byte) error) error {
+	const chunk = 1 << 20
+	buf := make([]byte, 0, chunk)
+	off := uint64(HeaderLen)
+	end := r.DataEnd()
+	bufStart := off
+	for off < end {
+		// Make sure the record header is in buf.
+		need := func(n uint64) error {
+			if off+n > end {
+				return base.CorruptionErrorf("blob: file %s: record at %d runs past the data", r.fileNum, off)
+			}
+			if off+n <= bufStart+uint64(len(buf)) {
+				return nil
+			}
+			want := max(n, chunk)
+			want = min(want, end-off)
+			if uint64(cap(buf)) < want {
+				buf = make([]byte, want)
+			}
+			buf = buf[:want]
+			if _, err := r.f.ReadAt(buf, int64(off)); err != nil {
+				return fmt.Errorf("blob: file %s: %w", r.fileNum, err)
+			}
+			bufStart = off
+			return nil
+		}
+		if err := need(RecordHeaderLen); err != nil {
+			return err
+		}
+		h := buf[off-bufStart:]
+		n := RecordOverhead + uint64(binary.LittleEndian.Uint32(h[0:])) + uint64(binary.LittleEndian.Uint32(h[4:]))
+		if err := need(n); err != nil {
+			return err
+		}
+		rec := buf[off-bufStart : off-bufStart+n]
+		vs, vl, err := VerifyRecord(rec, nil)
+		if err != nil {
+			return fmt.Errorf("blob: file %s: record at %d: %w", r.fileNum, off, err)
+		}
+		x := Index{FileNum: r.fileNum, Offset: off, Len: n}
+		if err := fn(x, RecordKey(rec), rec[vs:vs+vl]); err != nil {
+			return err
+		}
+		off += n
+	}
+	return nil
+}

@@ -1,0 +1,8 @@
+//go:build !unix
+
+package blob
+
+// Without mmap the cache's memory comes from the Go heap.
+func mmapBytes(n int) ([]byte, error) { return make([]byte, n), nil }
+
+func munmapBytes([]byte) {}

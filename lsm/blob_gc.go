@@ -1,0 +1,490 @@
+package lsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cairnkv/cairn/lsm/blob"
+	"github.com/cairnkv/cairn/lsm/internal/base"
+	"github.com/cairnkv/cairn/lsm/version"
+)
+
+// Blob GC
+//
+// Compactions count, per blob file, the indexes they drop (garbage,
+// recorded in the manifest; see version.BlobFileMetadata). A file whose
+// every index is dropped leaves the version by itself. The rest is blob
+// GC's: a background job picks the file with the highest garbage ratio
+// once it passes BlobGCDiscardRatio (or once the blob files' total size
+// passes BlobMaxSpaceAmp times their live bytes) and
+//
+//  1. scans the file (rate-limited) and copies every record whose key's
+//     newest entry is still an index to it into new blob files, synced;
+//  2. adds the new files to the manifest;
+//  3. commits, in chunks, a batch of new blob indexes (synced WAL) through
+//     the commit pipeline with a precommit hook: it runs while the batch
+//     leads the commit queue, when every earlier write is visible and no
+//     later one can slip in, and keeps only the keys whose newest entry
+//     still points at the old location. A concurrent write wins: its key
+//     is left alone, and its copied record is recorded as garbage of the
+//     new file at once;
+//  4. flushes, then retires the old file: removes it from the version once
+//     the new indexes are in tables (a checkpoint copies tables only) and
+//     no snapshot older than the rewrite exists (those could still read
+//     the old indexes). Reads of the latest state that loaded their sequence
+//     number before the rewrite reload it (readState.minLatestSeq). The
+//     file is deleted from disk when the last version holding it is
+//     released (iterators pin versions).
+//
+// The old indexes stay in the tables, shadowed, until compactions drop
+// them; their garbage is then ignored (the file is gone).
+//
+// Crash safety: before step 2 the new files are orphans that Open
+// deletes; between 2 and 3 they are in the manifest with no index pointing
+// at them (space, not values, is lost: their records are never counted as
+// garbage, and nothing reclaims them yet); a failed commit of a chunk
+// leaves that chunk's copies the same way (the batch may have reached the
+// WAL, so they cannot be declared garbage); after 3 the WAL holds the new indexes and the old file is still
+// in the manifest until step 4. At no point does an index point into a file
+// the manifest does not hold.
+
+type blobGCState struct {
+	// running is true while a GC job (background or BlobGC) runs; one at a
+	// time.
+	running bool
+	// retiring are files GC rewrote, waiting for old snapshots to go.
+	retiring []blobRetiring
+	// minLatestSeq: see readState.minLatestSeq.
+	minLatestSeq base.SeqNum
+	// runs counts GC jobs that rewrote a file.
+	runs int64
+}
+
+type blobRetiring struct {
+	fileNum base.FileNum
+	// seq is the first snapshot that sees the rewrite.
+	seq base.SeqNum
+	// mem is a memtable at least as new as the rewrite's last batch: the
+	// file is retired only once mem is flushed, so that every version
+	// without the file holds the new indexes in its tables (a checkpoint
+	// copies tables, not the WAL).
+	mem *memTable
+}
+
+// gcChunkKeys bounds the keys one conditional commit checks, so that
+// foreground writes wait at most one chunk's lookups.
+const gcChunkKeys = 256
+
+// maybeScheduleBlobGCLocked starts the background GC job if a file needs
+// it or retirements wait.
+// REQUIRES: d.mu held.
+func (d *DB) maybeScheduleBlobGCLocked() {
+	g := &d.mu.blobGC
+	if g.running || d.mu.closing || d.mu.bgErr != nil || d.opts.BlobGCDiscardRatio < 0 {
+		return
+	}
+	if len(g.retiring) == 0 && d.pickBlobGCLocked(d.opts.BlobGCDiscardRatio, true) == nil {
+		return
+	}
+	g.running = true
+	d.bgWG.Add(1)
+	go d.blobGCLoop()
+}
+
+func (d *DB) blobGCLoop() {
+	defer d.bgWG.Done()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for !d.mu.closing && d.mu.bgErr == nil {
+		if err := d.retireBlobFilesLocked(); err != nil {
+			d.setBackgroundErrorLocked(err)
+			break
+		}
+		m := d.pickBlobGCLocked(d.opts.BlobGCDiscardRatio, true)
+		if m == nil {
+			break
+		}
+		if err := d.gcBlobFileLocked(m); err != nil {
+			if !errors.Is(err, ErrClosed) {
+				d.setBackgroundErrorLocked(err)
+			}
+			break
+		}
+	}
+	d.mu.blobGC.running = false
+	d.mu.bgCond.Broadcast()
+}
+
+// BlobGC runs blob GC now on every blob file whose garbage ratio is at
+// least minGarbageRatio (0: every file), waiting for a background GC job
+// to finish first, and retires what it can. It is meant for tests and
+// operators; the background job needs no call.
+func (d *DB) BlobGC(minGarbageRatio float64) error {
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.mu.blobGC.running {
+		d.mu.bgCond.Wait()
+	}
+	d.mu.blobGC.running = true
+	defer func() {
+		d.mu.blobGC.running = false
+		d.mu.bgCond.Broadcast()
+	}()
+	// The files there are now; GC's own outputs are not candidates.
+	var todo []base.FileNum
+	for _, c := range d.blobGCCandidatesLocked(minGarbageRatio) {
+		todo = append(todo, c.FileNum)
+	}
+	for _, n := range todo {
+		if d.mu.bgErr != nil {
+			return d.mu.bgErr
+		}
+		if d.mu.closing {
+			return ErrClosed
+		}
+		m, ok := d.mu.versions.Current().BlobFile(n)
+		if !ok || m.GarbageRatio() < minGarbageRatio || d.retiringLocked(n) {
+			continue
+		}
+		if err := d.gcBlobFileLocked(m); err != nil {
+			return err
+		}
+	}
+	return d.retireBlobFilesLocked()
+}
+
+// blobGCCandidatesLocked returns the current version's blob files whose
+// garbage ratio is at least minRatio and that are not being retired,
+// highest ratio first.
+// REQUIRES: d.mu held.
+func (d *DB) blobGCCandidatesLocked(minRatio float64) []*version.BlobFileMetadata {
+	var out []*version.BlobFileMetadata
+	for _, m := range d.mu.versions.Current().BlobFiles {
+		if m.GarbageRatio() >= minRatio && !d.retiringLocked(m.FileNum) {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b *version.BlobFileMetadata) int {
+		if a.GarbageRatio() != b.GarbageRatio() {
+			if a.GarbageRatio() > b.GarbageRatio() {
+				return -1
+			}
+			return 1
+		}
+		return int(a.FileNum) - int(b.FileNum)
+	})
+	return out
+}
+
+func (d *DB) retiringLocked(n base.FileNum) bool {
+	for _, r := range d.mu.blobGC.retiring {
+		if r.fileNum == n {
+			return true
+		}
+	}
+	return false
+}
+
+// pickBlobGCLocked returns the file to GC: the one with the most garbage,
+// if its ratio exceeds discardRatio or (with spaceAmp) the blob files'
+// size exceeds BlobMaxSpaceAmp times their live bytes; nil otherwise.
+// REQUIRES: d.mu held.
+func (d *DB) pickBlobGCLocked(discardRatio float64, spaceAmp bool) *version.BlobFileMetadata {
+	cands := d.blobGCCandidatesLocked(0)
+	if len(cands) == 0 || cands[0].GarbageBytes == 0 {
+		return nil
+	}
+	if cands[0].GarbageRatio() > discardRatio {
+		return cands[0]
+	}
+	if spaceAmp {
+		// Files waiting for retirement (an old snapshot holds them) do not
+		// count: GC cannot shrink them, and counting them would make it
+		// rewrite every other file while the snapshot lives.
+		var size, live uint64
+		for _, m := range d.mu.versions.Current().BlobFiles {
+			if d.retiringLocked(m.FileNum) {
+				continue
+			}
+			size += m.Size
+			live += m.LiveBytes()
+		}
+		if float64(size) > d.opts.BlobMaxSpaceAmp*float64(live) {
+			return cands[0]
+		}
+	}
+	return nil
+}
+
+// gcCandidate is a record GC copied: its key, old and new location.
+type gcCandidate struct {
+	key      []byte
+	old, new blob.Index
+}
+
+// gcBlobFileLocked rewrites the live records of m (steps 1-3 above) and
+// queues it for retirement.
+// REQUIRES: d.mu held (released while working).
+func (d *DB) gcBlobFileLocked(m *version.BlobFileMetadata) error {
+	v := d.mu.versions.Current()
+	v.Ref()
+	d.mu.Unlock()
+	cands, outputs, bytesRead, err := d.gcCopyLive(m)
+	v.Unref()
+	d.mu.Lock()
+	if err != nil {
+		return fmt.Errorf("lsm: blob GC of %s: %w", m.FileNum, err)
+	}
+	var written int64
+	for _, o := range outputs {
+		written += int64(o.Size)
+	}
+	d.mu.stats.blobGCBytesRead += bytesRead
+	d.mu.stats.blobGCBytesWritten += written
+	d.mu.stats.blobBytesWritten += written
+	if len(outputs) > 0 {
+		if err := d.mu.versions.LogAndApply(&d.mu.Mutex, &version.VersionEdit{NewBlobFiles: outputs}); err != nil {
+			return fmt.Errorf("lsm: recording blob GC outputs: %w", err)
+		}
+		d.updateReadStateLocked()
+	}
+	d.mu.Unlock()
+	if h := d.blobs.beforeGCCommit; h != nil {
+		h()
+	}
+	retireSeq, unused, err := d.gcCommitIndexes(cands)
+	d.mu.Lock()
+	mem := d.mu.mem
+	d.mu.Unlock()
+	if err == nil && len(cands) > 0 {
+		// Flush the new indexes into tables now, so that the old file can
+		// be retired (see blobRetiring.mem).
+		err = d.Flush()
+	}
+	d.mu.Lock()
+	if len(unused) > 0 && (err == nil || !d.opts.DisableWAL) {
+		ve := &version.VersionEdit{}
+		for _, g := range unused {
+			ve.BlobGarbage = append(ve.BlobGarbage, *g)
+		}
+		if aerr := d.mu.versions.LogAndApply(&d.mu.Mutex, ve); aerr != nil && err == nil {
+			err = fmt.Errorf("lsm: recording blob GC garbage: %w", aerr)
+		}
+		d.updateReadStateLocked()
+	}
+	if err != nil {
+		return fmt.Errorf("lsm: blob GC of %s: committing new indexes: %w", m.FileNum, err)
+	}
+	d.mu.blobGC.retiring = append(d.mu.blobGC.retiring, blobRetiring{fileNum: m.FileNum, seq: retireSeq, mem: mem})
+	d.mu.blobGC.runs++
+	return d.retireBlobFilesLocked()
+}
+
+// gcCopyLive copies the records of m whose key still points at them into
+// new blob files (synced, with the directory). Rate-limited.
+func (d *DB) gcCopyLive(m *version.BlobFileMetadata) (cands []gcCandidate, outputs []*version.BlobFileMetadata, bytesRead int64, err error) {
+	r, release, err := d.blobs.files.Get(m.FileNum)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer release()
+	sep := &blobSeparator{d: d, minSize: 0}
+	defer func() {
+		if err != nil {
+			sep.abandon()
+		}
+	}()
+	lim := newRateLimiter(d.opts.BlobGCBytesPerSec, d.closeCh)
+	err = r.Scan(func(x blob.Index, key, value []byte) error {
+		bytesRead += int64(x.Len)
+		if err := lim.wait(int64(x.Len)); err != nil {
+			return err
+		}
+		if ok, err := d.blobIndexIsCurrent(key, x); err != nil || !ok {
+			return err
+		}
+		nx, err := sep.addRecord(key, value)
+		if err != nil {
+			return err
+		}
+		if err := lim.wait(int64(nx.Len)); err != nil {
+			return err
+		}
+		cands = append(cands, gcCandidate{key: append([]byte(nil), key...), old: x, new: nx})
+		return nil
+	})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	outputs, err = sep.finish()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return cands, outputs, bytesRead, nil
+}
+
+// blobIndexIsCurrent reports whether key's newest entry in the latest
+// state is a blob index to x's location.
+func (d *DB) blobIndexIsCurrent(key []byte, x blob.Index) (bool, error) {
+	var cur []byte
+	_, err := d.getWith(key, 0, func(_ *readState, _, v []byte, kind base.Kind, seq, tombSeq base.SeqNum) ([]byte, error) {
+		if kind == base.KindBlobIndex && seq >= tombSeq {
+			cur = append(cur[:0], v...)
+		}
+		return nil, nil
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return false, err
+	}
+	if cur == nil {
+		return false, nil
+	}
+	y, err := blob.DecodeIndex(cur)
+	if err != nil {
+		return false, err
+	}
+	return y.FileNum == x.FileNum && y.Offset == x.Offset, nil
+}
+
+// gcCommitIndexes commits the new locations of cands whose key still
+// points at the old one, in chunks, each checked and applied atomically
+// in the commit pipeline. It returns the first snapshot that sees every
+// chunk and the garbage of new records no index took.
+func (d *DB) gcCommitIndexes(cands []gcCandidate) (base.SeqNum, map[base.FileNum]*version.BlobGarbage, error) {
+	unused := map[base.FileNum]*version.BlobGarbage{}
+	retireSeq := base.SeqNum(d.visibleSeq.Load())
+	b := NewBatch()
+	var idx []byte
+	for len(cands) > 0 {
+		chunk := cands[:min(len(cands), gcChunkKeys)]
+		cands = cands[len(chunk):]
+		b.Reset()
+		err := d.commit(b, Sync, func(b *Batch) error {
+			for _, c := range chunk {
+				ok, err := d.blobIndexIsCurrent(c.key, c.old)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					g := unused[c.new.FileNum]
+					if g == nil {
+						g = &version.BlobGarbage{FileNum: c.new.FileNum}
+						unused[c.new.FileNum] = g
+					}
+					g.Count++
+					g.Bytes += c.new.Len
+					continue
+				}
+				idx = c.new.AppendEncoded(idx[:0])
+				b.setBlobIndex(c.key, idx)
+			}
+			// Every earlier write is visible now.
+			retireSeq = max(retireSeq, base.SeqNum(d.visibleSeq.Load()))
+			return nil
+		})
+		if err != nil {
+			// Later chunks were never written: their copies are garbage
+			// of the new files. This chunk's batch may have reached the
+			// WAL (a failed sync says nothing about what a reopen will
+			// replay), so its records must stay: at worst they leak.
+			for _, c := range cands {
+				g := unused[c.new.FileNum]
+				if g == nil {
+					g = &version.BlobGarbage{FileNum: c.new.FileNum}
+					unused[c.new.FileNum] = g
+				}
+				g.Count++
+				g.Bytes += c.new.Len
+			}
+			return 0, unused, err
+		}
+		if !b.Empty() {
+			seq := base.SeqNum(binary.LittleEndian.Uint64(b.Repr()[:8]))
+			retireSeq = max(retireSeq, seq+base.SeqNum(b.Count()))
+		}
+	}
+	return retireSeq, unused, nil
+}
+
+// retireBlobFilesLocked removes from the version the files GC rewrote
+// that no snapshot can still read through an old index.
+// REQUIRES: d.mu held (released while the manifest is written).
+func (d *DB) retireBlobFilesLocked() error {
+	g := &d.mu.blobGC
+	if len(g.retiring) == 0 {
+		return nil
+	}
+	snaps := d.mu.snapshots.list()
+	ve := &version.VersionEdit{}
+	var keep []blobRetiring
+	minLatest := g.minLatestSeq
+	for _, r := range g.retiring {
+		if (len(snaps) > 0 && slices.Min(snaps) < r.seq) || d.memUnflushedLocked(r.mem) {
+			keep = append(keep, r)
+			continue
+		}
+		if _, ok := d.mu.versions.Current().BlobFile(r.fileNum); ok {
+			ve.DeletedBlobFiles = append(ve.DeletedBlobFiles, r.fileNum)
+		}
+		minLatest = max(minLatest, r.seq)
+	}
+	g.retiring = keep
+	if len(ve.DeletedBlobFiles) == 0 {
+		return nil
+	}
+	// Raise the bar before any readState can hold the new version.
+	g.minLatestSeq = minLatest
+	if err := d.mu.versions.LogAndApply(&d.mu.Mutex, ve); err != nil {
+		return fmt.Errorf("lsm: retiring blob files: %w", err)
+	}
+	d.updateReadStateLocked()
+	d.mu.Unlock()
+	d.deleteObsoleteFiles()
+	d.mu.Lock()
+	return nil
+}
+
+// memUnflushedLocked reports whether m is still the mutable memtable or
+// waits to be flushed.
+// REQUIRES: d.mu held.
+func (d *DB) memUnflushedLocked(m *memTable) bool {
+	return m == d.mu.mem || slices.Contains(d.mu.imm, m)
+}
+
+// rateLimiter paces a job to bytesPerSec (negative: no limit).
+type rateLimiter struct {
+	bytesPerSec int64
+	start       time.Time
+	bytes       int64
+	closeCh     chan struct{}
+}
+
+func newRateLimiter(bytesPerSec int64, closeCh chan struct{}) *rateLimiter {
+	return &rateLimiter{bytesPerSec: bytesPerSec, start: time.Now(), closeCh: closeCh}
+}
+
+// wait accounts n bytes and sleeps until they are due. It returns
+// ErrClosed if the DB closes meanwhile.
+func (l *rateLimiter) wait(n int64) error {
+	if l.bytesPerSec <= 0 {
+		return nil
+	}
+	l.bytes += n
+	due := l.start.Add(time.Duration(float64(l.bytes) / float64(l.bytesPerSec) * float64(time.Second)))
+	if d := time.Until(due); d > time.Millisecond {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-l.closeCh:
+			return ErrClosed
+		}
+	}
+	return nil
+}

@@ -1,0 +1,293 @@
+package lsm
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/cairnkv/cairn/lsm/blob"
+	"github.com/cairnkv/cairn/lsm/internal/base"
+	"github.com/cairnkv/cairn/lsm/vfs"
+)
+
+func gcTestDB(t *testing.T, fs vfs.FS) (*DB, map[string][]byte) {
+	t.Helper()
+	o := blobTestOptions(fs, 64)
+	o.BlobGCDiscardRatio = -1 // GC only when the test says
+	o.BlobGCBytesPerSec = -1
+	d := mustOpen(t, "db", o)
+	model := map[string][]byte{}
+	for i := range 200 {
+		k := fmt.Sprintf("k%03d", i)
+		v := blobValueFor(k, 0, 500)
+		d.Put([]byte(k), v, NoSync)
+		model[k] = v
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Overwrite every other key and compact: half of the first files'
+	// records become garbage the version knows of.
+	for i := 0; i < 200; i += 2 {
+		k := fmt.Sprintf("k%03d", i)
+		v := blobValueFor(k, 1, 500)
+		d.Put([]byte(k), v, NoSync)
+		model[k] = v
+	}
+	if err := d.Compact(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	return d, model
+}
+
+func blobFilesOf(d *DB) []base.FileNum {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []base.FileNum
+	for n := range d.mu.versions.Current().BlobFiles {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestBlobGCRewritesAndRetires: GC rewrites the files with garbage, every
+// value still reads, the old files leave the version and the disk, and
+// what is on disk is exactly what the version holds.
+func TestBlobGCRewritesAndRetires(t *testing.T) {
+	fs := vfs.NewMem()
+	d, model := gcTestDB(t, fs)
+	defer d.Close()
+	before := d.Metrics().Blob
+	if before.GarbageBytes == 0 {
+		t.Fatalf("no garbage recorded: %+v", before)
+	}
+	old := blobFilesOf(d)
+	if err := d.BlobGC(0.3); err != nil {
+		t.Fatal(err)
+	}
+	checkModel(t, d, model)
+	after := d.Metrics().Blob
+	t.Logf("before %+v\nafter %+v", before, after)
+	if after.GCBytesRead == 0 || after.GCBytesWritten == 0 || after.GarbageBytes >= before.GarbageBytes {
+		t.Fatalf("GC did nothing: before %+v after %+v", before, after)
+	}
+	if after.FileBytes >= before.FileBytes {
+		t.Fatalf("GC did not shrink the blob files: %d → %d bytes", before.FileBytes, after.FileBytes)
+	}
+	now := blobFilesOf(d)
+	for _, n := range old {
+		if m, ok := d.mu.versions.Current().BlobFile(n); ok && m.GarbageRatio() >= 0.3 {
+			t.Fatalf("file %s with garbage ratio %.2f survived GC", n, m.GarbageRatio())
+		}
+	}
+	if disk := listBlobFiles(t, fs, "db"); !slices.Equal(disk, now) {
+		t.Fatalf("blob files on disk %v, in the version %v", disk, now)
+	}
+	// And after reopening.
+	d.Close()
+	d = mustOpen(t, "db", d.opts)
+	checkModel(t, d, model)
+}
+
+// TestBlobGCConcurrentWriteWins writes new values for some keys after GC
+// copied their records and before it commits the new indexes: the
+// conditional update must leave those keys alone (without the check, GC
+// would revert them to the copied, older values).
+func TestBlobGCConcurrentWriteWins(t *testing.T) {
+	fs := vfs.NewMem()
+	d, model := gcTestDB(t, fs)
+	defer d.Close()
+	d.blobs.beforeGCCommit = func() {
+		d.blobs.beforeGCCommit = nil // once: the first file's copies race
+		for i := 1; i < 200; i += 4 {
+			k := fmt.Sprintf("k%03d", i)
+			v := blobValueFor(k, 2, 300+i)
+			if i%8 == 1 {
+				v = []byte("small")
+			}
+			if err := d.Put([]byte(k), v, NoSync); err != nil {
+				t.Error(err)
+			}
+			model[k] = v
+		}
+		k := "k005"
+		if err := d.Delete([]byte(k), NoSync); err != nil {
+			t.Error(err)
+		}
+		delete(model, k)
+	}
+	if err := d.BlobGC(0); err != nil {
+		t.Fatal(err)
+	}
+	d.blobs.beforeGCCommit = nil
+	checkModel(t, d, model)
+	if err := d.Compact(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	checkModel(t, d, model)
+}
+
+// TestBlobGCSnapshotsAndIterators: a snapshot taken before GC keeps
+// reading the old values through the old file, which is retired only once
+// the snapshot is closed; an iterator open across GC and retirement reads
+// on from its pinned version.
+func TestBlobGCSnapshotsAndIterators(t *testing.T) {
+	fs := vfs.NewMem()
+	d, model := gcTestDB(t, fs)
+	defer d.Close()
+	snapModel := maps_clone(model)
+	snap, err := d.NewSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := d.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !it.First() {
+		t.Fatal("empty")
+	}
+	old := blobFilesOf(d)
+	// Overwrite some keys after the snapshot, then GC everything.
+	for i := 0; i < 200; i += 3 {
+		k := fmt.Sprintf("k%03d", i)
+		v := blobValueFor(k, 3, 700)
+		d.Put([]byte(k), v, NoSync)
+		model[k] = v
+	}
+	if err := d.BlobGC(0); err != nil {
+		t.Fatal(err)
+	}
+	// The snapshot holds the old files in the version.
+	cur := blobFilesOf(d)
+	for _, n := range old {
+		if !slices.Contains(cur, n) {
+			t.Fatalf("file %s retired while a snapshot could read it (now %v)", n, cur)
+		}
+	}
+	for k, want := range snapModel {
+		got, err := snap.Get([]byte(k))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("snapshot Get(%s) after GC: %v", k, err)
+		}
+	}
+	checkModel(t, d, model)
+	if err := snap.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.BlobGC(2); err != nil { // waits for background work, retires
+		t.Fatal(err)
+	}
+	cur = blobFilesOf(d)
+	for _, n := range old {
+		if slices.Contains(cur, n) {
+			t.Fatalf("file %s not retired after the snapshot closed (now %v)", n, cur)
+		}
+	}
+	// The iterator still reads every value of its (pre-GC) state.
+	n := 1
+	for it.Next() {
+		n++
+		if want := snapModel[string(it.Key())]; !bytes.Equal(it.Value(), want) {
+			t.Fatalf("iterator value of %s changed", it.Key())
+		}
+	}
+	if err := it.Close(); err != nil || n != len(snapModel) {
+		t.Fatalf("iterator saw %d keys, %v", n, err)
+	}
+	d.BlobGC(2)
+	d.Close()
+	if disk := listBlobFiles(t, fs, "db"); !slices.Equal(disk, cur) {
+		t.Fatalf("blob files on disk %v, in the version %v", disk, cur)
+	}
+	d = mustOpen(t, "db", d.opts)
+	checkModel(t, d, model)
+}
+
+func maps_clone(m map[string][]byte) map[string][]byte {
+	out := make(map[string][]byte, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// TestBlobSpaceAmpBounded runs a steady random overwrite of 4 KiB values
+// with automatic blob GC and measures, after every round, the blob files'
+// total size against the live blob bytes (what the model holds): it must
+// stay within 1.5×.
+func TestBlobSpaceAmpBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes ~100 MB")
+	}
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	fs := vfs.NewMem()
+	o := &Options{
+		FS:                      fs,
+		MemTableSizeBytes:       1 << 20,
+		TargetFileSizeBytes:     64 << 10,
+		LBaseMaxBytes:           256 << 10,
+		MinBlobSize:             4096,
+		BlobTargetFileSizeBytes: 1 << 20,
+		BlobGCBytesPerSec:       -1,
+	}
+	d := mustOpen(t, "db", o)
+	defer d.Close()
+	const keys = 1500
+	const valueSize = 4096
+	live := int64(keys) * int64(blob.RecordLen(5, valueSize))
+	val := make([]byte, valueSize)
+	put := func(i int) {
+		k := fmt.Sprintf("k%04d", i)
+		copy(val, k)
+		val[valueSize-1] = byte(rng.Uint32())
+		if err := d.Put([]byte(k), val, NoSync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range keys {
+		put(i)
+	}
+	var worst float64
+	var samples []string
+	for round := range 12 {
+		for range keys {
+			put(rng.IntN(keys))
+		}
+		if err := d.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		waitBackgroundIdle(d)
+		var total int64
+		for _, n := range listBlobFiles(t, fs, "db") {
+			st, err := fs.Stat(base.MakeFilepath("db", base.FileTypeBlob, n))
+			if err == nil {
+				total += st.Size()
+			}
+		}
+		amp := float64(total) / float64(live)
+		samples = append(samples, fmt.Sprintf("%.2f", amp))
+		if round >= 2 {
+			worst = max(worst, amp)
+		}
+	}
+	m := d.Metrics().Blob
+	t.Logf("space amp per round: %v; worst %.2f; GC read %d written %d", samples, worst, m.GCBytesRead, m.GCBytesWritten)
+	if worst > 1.5 {
+		t.Fatalf("blob space amplification reached %.2f (> 1.5): %v", worst, samples)
+	}
+}
+
+// waitBackgroundIdle waits until no flush, compaction or blob GC runs.
+func waitBackgroundIdle(d *DB) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.mu.flushing || d.mu.compacting || d.mu.blobGC.running || len(d.mu.imm) > 0 {
+		d.mu.bgCond.Wait()
+	}
+}
