@@ -3,7 +3,6 @@ package dbbench
 import (
 	"errors"
 	"fmt"
-	"reflect"
 
 	"github.com/cairnkv/cairn/lsm"
 )
@@ -38,33 +37,15 @@ func openCairn(dir string, cfg Config) (Engine, []string, error) {
 	return &cairnEngine{db: db}, settings, nil
 }
 
-// setCairnMinBlobSize sets lsm.Options.MinBlobSize when the engine being
-// built has that field (blob separation is being added to lsm in
-// parallel with this harness). It looks the field up by reflection so that
-// this module builds against the engine with or without it. Once
-// MinBlobSize exists on main, the body can become the one line
-//
-//	o.MinBlobSize = size
-//
-// (plus the settings string).
+// setCairnMinBlobSize sets lsm.Options.MinBlobSize (0: no key-value
+// separation, the engine's default) and describes the setting.
 func setCairnMinBlobSize(o *lsm.Options, size int64) (string, error) {
-	f := reflect.ValueOf(o).Elem().FieldByName("MinBlobSize")
-	if !f.IsValid() {
-		if size > 0 {
-			return "", errors.New("dbbench: --cairn-min-blob-size given but lsm.Options has no MinBlobSize in this build")
-		}
-		return "MinBlobSize=n/a (no such field in this build)", nil
+	if size < 0 {
+		return "", fmt.Errorf("dbbench: --cairn-min-blob-size %d: must be >= 0", size)
 	}
-	switch f.Kind() {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		f.SetInt(size)
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		f.SetUint(uint64(size))
-	default:
-		return "", fmt.Errorf("dbbench: lsm.Options.MinBlobSize has unexpected kind %s", f.Kind())
-	}
+	o.MinBlobSize = int(size)
 	if size == 0 {
-		return "MinBlobSize=0 (engine default)", nil
+		return "MinBlobSize=0 (no separation, the engine default)", nil
 	}
 	return fmt.Sprintf("MinBlobSize=%d", size), nil
 }
