@@ -29,7 +29,13 @@ const restoreHelp = `To restore a backup FILE:
   cairn snapshot restore FILE --extract DIR
                                  only installs the backup as a state machine
                                  directory DIR (DIR/engine opens with the
-                                 engine library, lsm.Open), without a cluster.
+                                 engine library, lsm.Open), without a cluster;
+                                 a node does not start on it;
+  cairn-node restore --from FILE --data-dir DIR --id ID --raft-addr ADDR
+                                 seeds a new node's data directory from the
+                                 backup, keeping keys, versions and raft
+                                 indexes: the physical restore of a cluster
+                                 (README, "Restore a cluster from a backup").
 
 The file is a raft snapshot stream of cairn's state machine (the format a
 node's own snapshots use, described in package client), so any tool that
