@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cairnkv/cairn/lsm/blob"
 	"github.com/cairnkv/cairn/lsm/internal/base"
@@ -29,6 +30,25 @@ func blobValueFor(key string, ver, n int) []byte {
 		n = len(p)
 	}
 	return append([]byte(p), bytes.Repeat([]byte{byte('a' + ver%26)}, n-len(p))...)
+}
+
+// waitBlobFilesOnDisk waits until the blob files in dir are want() (re-read
+// each time): obsolete files are deleted by the cleaner goroutine once the
+// last version holding them is released, which may be a background job's
+// after the call under test returned.
+func waitBlobFilesOnDisk(t testing.TB, fs vfs.FS, dir string, want func() []base.FileNum) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		disk, w := listBlobFiles(t, fs, dir), want()
+		if slices.Equal(disk, w) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("blob files on disk %v, want %v", disk, w)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func listBlobFiles(t testing.TB, fs vfs.FS, dir string) []base.FileNum {
@@ -149,9 +169,7 @@ func TestBlobSeparation(t *testing.T) {
 	if m := d.Metrics(); m.Blob.Files != 0 {
 		t.Fatalf("after overwriting every separated value and compacting, %d blob files remain: %+v", m.Blob.Files, m.Blob)
 	}
-	if got := listBlobFiles(t, fs, "db"); len(got) != 0 {
-		t.Fatalf("blob files left on disk: %v", got)
-	}
+	waitBlobFilesOnDisk(t, fs, "db", func() []base.FileNum { return nil })
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
