@@ -19,23 +19,13 @@ func gcTestDB(t *testing.T, fs vfs.FS) (*DB, map[string][]byte) {
 	o.BlobGCBytesPerSec = -1
 	d := mustOpen(t, "db", o)
 	model := map[string][]byte{}
-	for i := range 200 {
-		k := fmt.Sprintf("k%03d", i)
-		v := blobValueFor(k, 0, 500)
-		d.Put([]byte(k), v, NoSync)
-		model[k] = v
-	}
+	putBlobKeys(t, d, model, 1, 0, 500)
 	if err := d.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	// Overwrite every other key and compact: half of the first files'
 	// records become garbage the version knows of.
-	for i := 0; i < 200; i += 2 {
-		k := fmt.Sprintf("k%03d", i)
-		v := blobValueFor(k, 1, 500)
-		d.Put([]byte(k), v, NoSync)
-		model[k] = v
-	}
+	putBlobKeys(t, d, model, 2, 1, 500)
 	if err := d.Compact(nil, nil); err != nil {
 		t.Fatal(err)
 	}

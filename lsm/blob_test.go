@@ -51,6 +51,20 @@ func waitBlobFilesOnDisk(t testing.TB, fs vfs.FS, dir string, want func() []base
 	}
 }
 
+// putBlobKeys puts every step-th key of k000..k199 with blobValueFor(key,
+// version, size), recording it in model.
+func putBlobKeys(t testing.TB, d *DB, model map[string][]byte, step, version, size int) {
+	t.Helper()
+	for i := 0; i < 200; i += step {
+		k := fmt.Sprintf("k%03d", i)
+		v := blobValueFor(k, version, size)
+		if err := d.Put([]byte(k), v, NoSync); err != nil {
+			t.Fatal(err)
+		}
+		model[k] = v
+	}
+}
+
 func listBlobFiles(t testing.TB, fs vfs.FS, dir string) []base.FileNum {
 	t.Helper()
 	names, err := fs.List(dir)
@@ -193,22 +207,12 @@ func TestBlobReopenAndGarbage(t *testing.T) {
 	o.BlobGCDiscardRatio = -1
 	d := mustOpen(t, "db", o)
 	model := map[string][]byte{}
-	for i := range 200 {
-		k := fmt.Sprintf("k%03d", i)
-		v := blobValueFor(k, 0, 1000)
-		d.Put([]byte(k), v, NoSync)
-		model[k] = v
-	}
+	putBlobKeys(t, d, model, 1, 0, 1000)
 	if err := d.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	// Overwrite half; these stay in the WAL across the reopen.
-	for i := 0; i < 200; i += 2 {
-		k := fmt.Sprintf("k%03d", i)
-		v := blobValueFor(k, 1, 1000)
-		d.Put([]byte(k), v, NoSync)
-		model[k] = v
-	}
+	putBlobKeys(t, d, model, 2, 1, 1000)
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -149,6 +149,19 @@ func restore(t testing.TB, s raft.SnapshotStore, f *testFSM, id string) int64 {
 	return cr.n
 }
 
+// verifySnapshot opens snapshot id of s and receives its stream into dir,
+// which checks every size and checksum; it returns the receive's error.
+func verifySnapshot(t testing.TB, s raft.SnapshotStore, id, dir string) error {
+	t.Helper()
+	_, rc, err := s.Open(id)
+	if err != nil {
+		t.Fatalf("opening snapshot %s: %v", id, err)
+	}
+	defer rc.Close()
+	_, err = fsm.ReceiveSnapshot(vfs.Default, rc, dir)
+	return err
+}
+
 func openStore(t testing.TB, dir string, retain int) *Store {
 	t.Helper()
 	s, err := Open(dir, &Options{Retain: retain})
@@ -284,12 +297,7 @@ func TestTransferAndRestoreByLinks(t *testing.T) {
 	} else {
 		cp.Release()
 	}
-	_, rc, err := fs.Open(fid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	if _, err := fsm.ReceiveSnapshot(vfs.Default, rc, filepath.Join(base, "check")); err != nil {
+	if err := verifySnapshot(t, fs, fid, filepath.Join(base, "check")); err != nil {
 		t.Fatalf("the follower's snapshot no longer verifies after the engine moved on: %v", err)
 	}
 	// A store that does not hold the snapshot: the stream is copied.
@@ -335,13 +343,7 @@ func TestRetainSharesFiles(t *testing.T) {
 		t.Error("the two newest snapshots share no table")
 	}
 	for _, id := range ids[2:] {
-		_, rc, err := s.Open(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = fsm.ReceiveSnapshot(vfs.Default, rc, filepath.Join(base, "verify-"+id))
-		rc.Close()
-		if err != nil {
+		if err := verifySnapshot(t, s, id, filepath.Join(base, "verify-"+id)); err != nil {
 			t.Fatalf("snapshot %s does not verify: %v", id, err)
 		}
 	}
@@ -510,13 +512,7 @@ func TestSnapshotReadsNoData(t *testing.T) {
 	}
 	// Both verify.
 	for _, id := range []string{id, id2} {
-		_, rc, err := s.Open(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = fsm.ReceiveSnapshot(vfs.Default, rc, filepath.Join(base, "verify-"+id))
-		rc.Close()
-		if err != nil {
+		if err := verifySnapshot(t, s, id, filepath.Join(base, "verify-"+id)); err != nil {
 			t.Fatalf("%s: %v", id, err)
 		}
 	}
