@@ -1,0 +1,83 @@
+package trace
+
+import "errors"
+
+// BlockType is the kind of block a cache access was for.
+type BlockType uint8
+
+const (
+	BlockData BlockType = iota + 1
+	BlockIndex
+	BlockFilter
+	BlockRangeDel
+	BlockUncompressionDict
+	BlockBlob
+)
+
+// Caller is the engine operation that looked the block up.
+type Caller uint8
+
+const (
+	CallerGet Caller = iota + 1
+	CallerMultiGet
+	CallerIterator
+	CallerCompaction
+	CallerFlush // flush and prefetch (RocksDB's kPrefetch)
+	CallerUnknown
+)
+
+// IsGet reports whether c is a point lookup (Get or MultiGet): the callers
+// for which a record carries its get id and referenced-key fields.
+func (c Caller) IsGet() bool { return c == CallerGet || c == CallerMultiGet }
+
+// ReservedGetID is the get id of records whose caller is not a Get or
+// MultiGet, and the value NextGetID returns while no trace runs.
+const ReservedGetID uint64 = 0
+
+// Record is one block-cache access.
+//
+// GetID and FromUserSnapshot are meaningful only when Caller.IsGet();
+// ReferencedKey too. ReferencedKeyExists, NumKeysInBlock and
+// ReferencedDataSize only when additionally Type == BlockData. Writers
+// do not write the fields that are not meaningful, and readers return
+// their zero values.
+type Record struct {
+	AccessTimestamp uint64 // microseconds since the Unix epoch
+	Type            BlockType
+	BlockSize       uint64
+	BlockKey        []byte // identifies the block: see BlockKey helpers
+	CFID            uint32
+	CFName          string
+	Caller          Caller
+	Level           int32 // -1 when unknown (e.g. blob files)
+	FileNumber      uint64
+	CacheHit        bool
+	NoInsert        bool
+
+	GetID            uint64
+	FromUserSnapshot bool
+	ReferencedKey    []byte
+
+	ReferencedKeyExists bool
+	NumKeysInBlock      uint64
+	ReferencedDataSize  uint64
+}
+
+// Header opens every trace: the engine version that wrote it and when the
+// trace started.
+type Header struct {
+	StartTimestamp uint64 // microseconds since the Unix epoch
+	MajorVersion   uint32
+	MinorVersion   uint32
+}
+
+// RecordReader reads a trace, binary or human-readable. Next returns
+// io.EOF after the last record, and an error wrapping ErrCorrupt for a
+// truncated or damaged trace; it never panics on file bytes.
+type RecordReader interface {
+	Header() Header
+	Next() (Record, error)
+}
+
+// ErrCorrupt is wrapped by every error reading a damaged or truncated trace.
+var ErrCorrupt = errors.New("trace: corrupt trace")
