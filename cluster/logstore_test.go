@@ -391,3 +391,61 @@ func TestAsyncDeleteFiler(t *testing.T) {
 		t.Fatalf("a Delete after Close: deleted %v", bf.deleted)
 	}
 }
+
+// TestWALSuffixTruncationReopens: raft removes a conflicting log suffix
+// (DeleteRange up to the last index) when a new leader's log wins. raft-wal
+// v0.4.0 then recorded the open tail segment as sealed without writing its
+// index, and the next open failed with "sealed segment has no index block"
+// (hashicorp/raft-wal#31): the node could never start again. Found by the
+// jepsen harness (jepsen/README.md, track record #1).
+func TestWALSuffixTruncationReopens(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		fill, keepUpTo uint64
+	}{
+		{"within-tail", 100, 90},
+		{"whole-tail-batch", 100, 99},
+		{"after-reopen", 100, 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ls, _, closer, err := openLogStore(LogStoreWAL, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fillLog(t, ls, 1, tc.fill, 100)
+			if tc.name == "after-reopen" { // truncate a tail recovered at open
+				closer.Close()
+				if ls, _, closer, err = openLogStore(LogStoreWAL, dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := ls.DeleteRange(tc.keepUpTo+1, tc.fill); err != nil {
+				t.Fatal(err)
+			}
+			checkRange(t, ls, 1, tc.keepUpTo)
+			fillLog(t, ls, tc.keepUpTo+1, tc.keepUpTo+5, 50) // the new leader's entries
+			closer.Close()
+
+			ls, _, closer, err = openLogStore(LogStoreWAL, dir)
+			if err != nil {
+				t.Fatalf("reopening after a suffix truncation: %v", err)
+			}
+			defer closer.Close()
+			checkRange(t, ls, 1, tc.keepUpTo+5)
+			var e raft.Log
+			for i := uint64(1); i <= tc.keepUpTo+5; i++ {
+				if err := ls.GetLog(i, &e); err != nil || e.Index != i {
+					t.Fatalf("entry %d: %v", i, err)
+				}
+				want := 100
+				if i > tc.keepUpTo {
+					want = 50
+				}
+				if len(e.Data) != want {
+					t.Fatalf("entry %d holds %d bytes, want %d (a truncated entry came back)", i, len(e.Data), want)
+				}
+			}
+		})
+	}
+}
