@@ -30,7 +30,9 @@
 // # Raft
 //
 // hashicorp/raft v1.7.3 with the log and stable store in hashicorp/raft-wal
-// v0.4.0 (the default for a new data directory) or raft-boltdb/v2 (bbolt
+// v0.4.0 (the default for a new data directory; built from
+// third_party/raft-wal, which backports upstream's fix for a tail
+// truncation that left a node unable to restart) or raft-boltdb/v2 (bbolt
 // opened with NoFreelistSync and the map freelist; otherwise the freelist
 // is rewritten on every commit and writes slow down as the file ages). A
 // data directory that already holds raft/raft.db keeps raft-boltdb unless
