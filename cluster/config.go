@@ -342,5 +342,12 @@ func (c *Config) raftConfig() *raft.Config {
 	// Node.Start turns restoring back on only when the FSM is behind the
 	// latest snapshot.
 	rc.NoSnapshotRestoreOnStart = true
+	// A removed server stays up as a follower outside the configuration
+	// (it does not campaign) instead of shutting its raft down while the
+	// process keeps serving: with raft's default, a leader removed through
+	// RemoveMember and added back (by the API or the reconcile loop) was a
+	// member whose raft never answered (jepsen/README.md, track record #2).
+	// Consul and Nomad choose the same.
+	rc.ShutdownOnRemove = false
 	return rc
 }

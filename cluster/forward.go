@@ -136,9 +136,19 @@ func (n *Node) leaderTarget(ctx context.Context) (context.Context, *grpc.ClientC
 	return metadata.NewOutgoingContext(ctx, out), conn, nil
 }
 
-// waitLeaderAddr waits until a leader and its gRPC address are known.
+// waitLeaderAddr waits until a leader and its gRPC address are known: up
+// to LeaderWaitTimeout, and never into the last part of the caller's
+// deadline. A node without a leader must answer "not leader" while the
+// caller can still try another node; running out the caller's deadline
+// told it nothing, and a client kept timing out on a node that knew no
+// leader (jepsen/README.md, track record #3).
 func (n *Node) waitLeaderAddr(ctx context.Context) (id, addr string, err error) {
-	wctx, cancel := context.WithTimeout(ctx, n.cfg.LeaderWaitTimeout)
+	wait := n.cfg.LeaderWaitTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		rem := time.Until(dl)
+		wait = min(wait, rem-max(rem/4, 20*time.Millisecond))
+	}
+	wctx, cancel := context.WithTimeout(ctx, max(wait, 0))
 	defer cancel()
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
