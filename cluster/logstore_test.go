@@ -391,3 +391,37 @@ func TestAsyncDeleteFiler(t *testing.T) {
 		t.Fatalf("a Delete after Close: deleted %v", bf.deleted)
 	}
 }
+
+var rawWAL = flag.Bool("rawwal", false, "TestWALNoEntriesBelowFirstIndex: read raft-wal without the fence (it must fail)")
+
+// TestWALNoEntriesBelowFirstIndex: after log compaction deletes a prefix
+// of a raft-wal log, the deleted entries are gone for GetLog too, also
+// while they are still in the open segment (raft-wal v0.4.0 serves them
+// from there; run with -args -rawwal to see it fail).
+func TestWALNoEntriesBelowFirstIndex(t *testing.T) {
+	ls, _, closer, err := openLogStore(LogStoreWAL, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	if _, ok := ls.(raft.MonotonicLogStore); !ok {
+		t.Fatal("the wrapped raft-wal store is not a raft.MonotonicLogStore")
+	}
+	if *rawWAL {
+		ls = ls.(firstIndexStore).LogStore
+	}
+	var e raft.Log
+	if err := ls.GetLog(1, &e); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Fatalf("entry 1 of an empty log: %v, want ErrLogNotFound", err)
+	}
+	fillLog(t, ls, 1, 100, 100) // one segment: all of it in the open one
+	if err := ls.DeleteRange(1, 60); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i <= 60; i++ {
+		if err := ls.GetLog(i, &e); !errors.Is(err, raft.ErrLogNotFound) {
+			t.Fatalf("entry %d after deleting [1, 60]: %v (index %d), want ErrLogNotFound", i, err, e.Index)
+		}
+	}
+	checkRange(t, ls, 61, 100)
+}

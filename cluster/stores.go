@@ -141,8 +141,8 @@ func exists(name string) (bool, error) {
 // raft-boltdb's log is wrapped in a trimBatchingStore, so that log
 // compaction after a snapshot does not hold bbolt's single writer lock for
 // the whole compacted range; raft-wal removes the segment files that
-// compaction frees outside its write lock (asyncDeleteFiler). See
-// logstore.go.
+// compaction frees outside its write lock (asyncDeleteFiler), and its
+// GetLog is fenced at FirstIndex (firstIndexStore). See logstore.go.
 func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer, error) {
 	kind, err := resolveLogStore(kind, dir)
 	if err != nil {
@@ -165,7 +165,8 @@ func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer,
 			meta.Close()
 			return nil, nil, nil, fmt.Errorf("cluster: opening raft WAL: %w", err)
 		}
-		return w, w, walCloser{w, meta, sf}, nil
+		// GetLog below FirstIndex fails, as raft expects (logstore.go).
+		return firstIndexStore{w}, w, walCloser{w, meta, sf}, nil
 	case LogStoreBoltDB:
 		path := filepath.Join(dir, boltFileName)
 		s, err := raftboltdb.New(raftboltdb.Options{
