@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -216,7 +217,10 @@ func TestResolveLogStore(t *testing.T) {
 		{LogStoreBoltDB, []string{walMeta}, ""},
 		{"", []string{boltFileName, walMeta}, ""},
 	} {
-		got, err := resolveLogStore(tc.kind, newDir(tc.files...))
+		got, why, err := resolveLogStore(tc.kind, newDir(tc.files...))
+		if err == nil && why == "" {
+			t.Errorf("kind %q with %v: no reason given for %q", tc.kind, tc.files, got)
+		}
 		if got != tc.want || (err != nil) != (tc.want == "") {
 			t.Errorf("kind %q with %v: got %q, %v; want %q", tc.kind, tc.files, got, err, tc.want)
 		}
@@ -424,4 +428,89 @@ func TestWALNoEntriesBelowFirstIndex(t *testing.T) {
 		}
 	}
 	checkRange(t, ls, 61, 100)
+}
+
+// TestSecondNodeOnDataDirFails: a second node on a data directory in use
+// fails at once with a clear error, with either log store. raft-wal opens
+// its metadata database (bbolt) without a lock timeout, so a second opener
+// would wait forever on the database's flock: the data directory's own
+// lock (lock_unix.go), taken before any store opens, is what refuses it.
+// (flock excludes a second open file description in the same process as
+// it does another process.)
+func TestSecondNodeOnDataDirFails(t *testing.T) {
+	for _, kind := range []string{LogStoreWAL, LogStoreBoltDB} {
+		t.Run(kind, func(t *testing.T) {
+			tc := newTestCluster(t)
+			cfg := testConfig(t, "n1")
+			cfg.BootstrapExpect = 1
+			cfg.RaftLogStore = kind
+			tc.start(cfg, nil)
+			second := testConfig(t, "n1")
+			second.DataDir = cfg.DataDir
+			second.RaftLogStore = kind
+			n, err := New(second, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- n.Start() }()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), "is locked") {
+					n.kill()
+					t.Fatalf("a second node on %s: %v, want an error saying it is locked", cfg.DataDir, err)
+				}
+				t.Log(err)
+			case <-time.After(60 * time.Second):
+				t.Fatal("a second node on the data directory hangs")
+			}
+		})
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestLogStoreChoiceLogged: a node logs once at start which raft log
+// store it opened and why.
+func TestLogStoreChoiceLogged(t *testing.T) {
+	tc := newTestCluster(t)
+	cfg := testConfig(t, "n1")
+	cfg.BootstrapExpect = 1
+	buf := &lockedBuffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(buf, nil))
+	n := tc.start(cfg, nil)
+	tc.waitReady([]*Node{n}, 1)
+	if err := n.kill(); err != nil {
+		t.Fatal(err)
+	}
+	want := `msg="raft log store" node=n1 store=wal why="default for a new data directory"`
+	if got := buf.String(); strings.Count(got, `msg="raft log store"`) != 1 || !strings.Contains(got, want) {
+		t.Fatalf("log does not say once %s:\n%s", want, got)
+	}
+	buf = &lockedBuffer{}
+	cfg = tc.cfgs["n1"]
+	cfg.BootstrapExpect = 0
+	cfg.Logger = slog.New(slog.NewTextHandler(buf, nil))
+	n = tc.start(cfg, nil)
+	tc.waitReady([]*Node{n}, 1)
+	want = `msg="raft log store" node=n1 store=wal why="default: the data directory has a raft-wal log (wal/)"`
+	if got := buf.String(); !strings.Contains(got, want) {
+		t.Fatalf("log after a restart does not say %s:\n%s", want, got)
+	}
 }

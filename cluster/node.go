@@ -202,8 +202,13 @@ func (n *Node) Start() (err error) {
 	// Raft's stores.
 	logStore, stable := n.deps.LogStore, n.deps.StableStore
 	if logStore == nil {
+		kind, why, err := resolveLogStore(c.RaftLogStore, raftDir)
+		if err != nil {
+			return err
+		}
+		n.log.Info("raft log store", "store", kind, "why", why, "dir", raftDir)
 		var closer io.Closer
-		logStore, stable, closer, err = openLogStore(c.RaftLogStore, raftDir)
+		logStore, stable, closer, err = openLogStore(kind, raftDir)
 		if err != nil {
 			return err
 		}

@@ -91,37 +91,41 @@ func syncDir(dir string) error {
 }
 
 // resolveLogStore returns the log store to open in the raft directory dir
-// for the configured kind: "" (the default) keeps using raft-boltdb for a
-// directory that already has raft/raft.db (a node created before raft-wal
-// became the default) and picks raft-wal otherwise. An explicit kind that
-// contradicts the log already in dir is an error: opening the other store
-// would start the node with an empty raft log, term and vote, which a
-// member of a cluster must never do.
-func resolveLogStore(kind, dir string) (string, error) {
+// for the configured kind, and why: "" (the default) keeps using
+// raft-boltdb for a directory that already has raft/raft.db (a node created
+// before raft-wal became the default) and picks raft-wal otherwise. An
+// explicit kind that contradicts the log already in dir is an error:
+// opening the other store would start the node with an empty raft log,
+// term and vote, which a member of a cluster must never do.
+func resolveLogStore(kind, dir string) (string, string, error) {
 	hasBolt, err := exists(filepath.Join(dir, boltFileName))
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	hasWAL, err := exists(filepath.Join(dir, walDirName, metadb.FileName))
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	switch {
 	case hasBolt && hasWAL:
-		return "", fmt.Errorf("cluster: %s holds both a raft-boltdb log (%s) and a raft-wal log (%s/): remove the one not in use",
+		return "", "", fmt.Errorf("cluster: %s holds both a raft-boltdb log (%s) and a raft-wal log (%s/): remove the one not in use",
 			dir, boltFileName, walDirName)
 	case kind == "" && hasBolt:
-		return LogStoreBoltDB, nil
+		return LogStoreBoltDB, "default: the data directory has a raft-boltdb log (" + boltFileName + ")", nil
+	case kind == "" && hasWAL:
+		return LogStoreWAL, "default: the data directory has a raft-wal log (" + walDirName + "/)", nil
 	case kind == "":
-		return LogStoreWAL, nil
+		return LogStoreWAL, "default for a new data directory", nil
 	case kind == LogStoreWAL && hasBolt:
-		return "", fmt.Errorf("cluster: %s holds a raft-boltdb log (%s): open it with raft log store %q (or leave the store unset)",
+		return "", "", fmt.Errorf("cluster: %s holds a raft-boltdb log (%s): open it with raft log store %q (or leave the store unset)",
 			dir, boltFileName, LogStoreBoltDB)
 	case kind == LogStoreBoltDB && hasWAL:
-		return "", fmt.Errorf("cluster: %s holds a raft-wal log (%s/): open it with raft log store %q (or leave the store unset)",
+		return "", "", fmt.Errorf("cluster: %s holds a raft-wal log (%s/): open it with raft log store %q (or leave the store unset)",
 			dir, walDirName, LogStoreWAL)
+	case hasBolt || hasWAL:
+		return kind, "configured; the data directory has its log", nil
 	}
-	return kind, nil
+	return kind, "configured; new log", nil
 }
 
 func exists(name string) (bool, error) {
@@ -144,7 +148,7 @@ func exists(name string) (bool, error) {
 // compaction frees outside its write lock (asyncDeleteFiler), and its
 // GetLog is fenced at FirstIndex (firstIndexStore). See logstore.go.
 func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer, error) {
-	kind, err := resolveLogStore(kind, dir)
+	kind, _, err := resolveLogStore(kind, dir)
 	if err != nil {
 		return nil, nil, nil, err
 	}
