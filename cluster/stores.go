@@ -148,6 +148,20 @@ func exists(name string) (bool, error) {
 // compaction frees outside its write lock (asyncDeleteFiler), and its
 // GetLog is fenced at FirstIndex (firstIndexStore). See logstore.go.
 func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer, error) {
+	return OpenRaftLogStore(kind, dir, nil)
+}
+
+// OpenRaftLogStore opens the raft log and stable store of the given kind
+// (Config.RaftLogStore) in the raft directory dir as a node does, for
+// tools and benchmarks that pass it back as Deps.LogStore and
+// Deps.StableStore. wrap, if not nil, wraps the bare log store (raft-boltdb
+// or raft-wal) under cairn's own wrappers, so that it sees every call they
+// make, each batch of a batched log trim included; it must keep
+// raft.MonotonicLogStore. The closer closes the stores.
+func OpenRaftLogStore(kind, dir string, wrap func(raft.LogStore) raft.LogStore) (raft.LogStore, raft.StableStore, io.Closer, error) {
+	if wrap == nil {
+		wrap = func(s raft.LogStore) raft.LogStore { return s }
+	}
 	kind, _, err := resolveLogStore(kind, dir)
 	if err != nil {
 		return nil, nil, nil, err
@@ -170,7 +184,7 @@ func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer,
 			return nil, nil, nil, fmt.Errorf("cluster: opening raft WAL: %w", err)
 		}
 		// GetLog below FirstIndex fails, as raft expects (logstore.go).
-		return firstIndexStore{w}, w, walCloser{w, meta, sf}, nil
+		return firstIndexStore{wrap(w)}, w, walCloser{w, meta, sf}, nil
 	case LogStoreBoltDB:
 		path := filepath.Join(dir, boltFileName)
 		s, err := raftboltdb.New(raftboltdb.Options{
@@ -191,7 +205,7 @@ func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer,
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("cluster: opening raft log %s: %w", path, err)
 		}
-		return newTrimBatchingStore(s), s, s, nil
+		return newTrimBatchingStore(wrap(s)), s, s, nil
 	}
 	return nil, nil, nil, fmt.Errorf("%w: raft log store %q", ErrInvalidConfig, kind)
 }
