@@ -47,6 +47,8 @@ type Store struct {
 	}
 	// sumMu serializes completing the checksums of a snapshot (Open).
 	sumMu sync.Mutex
+	// refreshMu serializes Refresh.
+	refreshMu sync.Mutex
 }
 
 var (
@@ -422,19 +424,33 @@ func (s *Store) reap(keep string) error {
 		if busy {
 			continue
 		}
-		// Rename first: a crash mid-removal must not leave a listed
-		// snapshot with files missing.
-		dead := filepath.Join(s.dir, m.ID+".reap"+tmpSuffix)
-		if err := s.fs.Rename(filepath.Join(s.dir, m.ID), dead); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := vfs.SyncDir(s.fs, s.dir); err != nil {
+		if err := s.remove(m.ID); err != nil {
 			errs = append(errs, err)
 		}
-		if err := s.fs.RemoveAll(dead); err != nil {
-			errs = append(errs, err)
-		}
+	}
+	return errors.Join(errs...)
+}
+
+// remove removes snapshot id unless a reader holds it.
+func (s *Store) remove(id string) error {
+	s.mu.Lock()
+	busy := s.mu.readers[id] > 0
+	s.mu.Unlock()
+	if busy {
+		return nil
+	}
+	// Rename first: a crash mid-removal must not leave a listed
+	// snapshot with files missing.
+	dead := filepath.Join(s.dir, id+".reap"+tmpSuffix)
+	if err := s.fs.Rename(filepath.Join(s.dir, id), dead); err != nil {
+		return fmt.Errorf("snapstore: %w", err)
+	}
+	var errs []error
+	if err := vfs.SyncDir(s.fs, s.dir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.fs.RemoveAll(dead); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
