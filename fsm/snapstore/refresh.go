@@ -3,7 +3,9 @@ package snapstore
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,57 +34,77 @@ import (
 // (index, term, configuration) whose files are the live engine's, so that
 // it pins nothing the engine does not hold too; the old one is removed.
 
-// Pinned returns the bytes of the newest snapshot's files that are not
+// Pinned returns, per snapshot ID, the bytes of its files that are not
 // also (the same inode) in liveDir, the engine's directory: what the
-// snapshot alone keeps on disk. It reads no data, only directory entries
-// and file metadata. id is the newest snapshot's ID ("" if none).
-func (s *Store) Pinned(liveDir string) (id string, pinned int64, err error) {
+// snapshots keep on disk beyond the engine; total counts each inode once
+// (snapshots share files); live is the bytes of the files in liveDir. It
+// reads no data, only directory entries and file metadata.
+func (s *Store) Pinned(liveDir string) (pinned map[string]int64, total, live int64, err error) {
 	ms, err := s.list()
-	if err != nil || len(ms) == 0 {
-		return "", 0, err
-	}
-	id = ms[0].ID
-	dir := filepath.Join(s.dir, id, engineDirName)
-	names, err := s.fs.List(dir)
 	if err != nil {
-		return id, 0, fmt.Errorf("snapstore: %w", err)
+		return nil, 0, 0, err
 	}
-	for _, name := range names {
-		p := filepath.Join(dir, name)
-		if sameFile(s.fs, p, filepath.Join(liveDir, name)) {
-			continue
+	liveNames, err := s.fs.List(liveDir)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("snapstore: %w", err)
+	}
+	for _, name := range liveNames {
+		if fi, err := s.fs.Stat(filepath.Join(liveDir, name)); err == nil && !fi.IsDir() {
+			live += fi.Size()
 		}
-		fi, err := s.fs.Stat(p)
+	}
+	pinned = map[string]int64{}
+	var counted []os.FileInfo
+	for _, m := range ms {
+		dir := filepath.Join(s.dir, m.ID, engineDirName)
+		names, err := s.fs.List(dir)
 		if err != nil {
 			continue // reaped meanwhile
 		}
-		pinned += fi.Size()
+		for _, name := range names {
+			p := filepath.Join(dir, name)
+			if sameFile(s.fs, p, filepath.Join(liveDir, name)) {
+				continue
+			}
+			fi, err := s.fs.Stat(p)
+			if err != nil {
+				continue
+			}
+			pinned[m.ID] += fi.Size()
+			if !slices.ContainsFunc(counted, func(c os.FileInfo) bool { return os.SameFile(c, fi) }) {
+				counted = append(counted, fi)
+				total += fi.Size()
+			}
+		}
 	}
-	return id, pinned, nil
+	return pinned, total, live, nil
 }
 
 // ErrRefreshBehind is returned by Refresh for a checkpoint older than the
 // snapshot it would replace.
 var ErrRefreshBehind = errors.New("snapstore: checkpoint is behind the newest snapshot")
 
-// Refresh replaces the newest snapshot, id (as Pinned returned it), by a
-// snapshot of the same raft position whose contents are c, a checkpoint
-// of this node's engine taken after it (see above). It returns the new
-// snapshot's ID. It does nothing and returns an error if id is no longer
-// the newest snapshot (a new one was taken or received meanwhile) or if
-// c's applied index is behind the snapshot's (ErrRefreshBehind). A crash
-// leaves the old snapshot, or both (the next reap removes one).
+// Refresh replaces snapshot id by a snapshot of the same raft position
+// whose contents are c, a checkpoint of this node's engine taken after it
+// (see above). It returns the new snapshot's ID. It does nothing and
+// returns an error if id is gone (reaped meanwhile) or if c's applied
+// index is behind the snapshot's (ErrRefreshBehind). A crash leaves the
+// old snapshot, or both (the next Open or reap removes one).
+//
+// Every retained snapshot may be refreshed with the same checkpoint: they
+// then share all their files with the engine, and each keeps its own
+// metadata (an older one remains a fallback should the newest one's be
+// damaged).
 func (s *Store) Refresh(id string, c *fsm.Checkpoint) (string, error) {
 	s.refreshMu.Lock()
 	defer s.refreshMu.Unlock()
-	ms, err := s.list()
+	if !validID(id) {
+		return "", fmt.Errorf("snapstore: bad snapshot ID %q", id)
+	}
+	old, err := s.readMeta(id)
 	if err != nil {
 		return "", err
 	}
-	if len(ms) == 0 || ms[0].ID != id {
-		return "", fmt.Errorf("snapstore: snapshot %s is no longer the newest", id)
-	}
-	old := ms[0]
 	if c.AppliedIndex < old.AppliedIndex {
 		return "", fmt.Errorf("%w: checkpoint at %d, snapshot %s at %d", ErrRefreshBehind, c.AppliedIndex, id, old.AppliedIndex)
 	}
@@ -100,17 +122,13 @@ func (s *Store) Refresh(id string, c *fsm.Checkpoint) (string, error) {
 		return "", err
 	}
 	k := sk.(*sink)
+	k.replaces = id // removed at commit (unless a reader holds it: a later reap removes it)
 	if err := k.AdoptCheckpoint(c); err != nil {
 		k.Cancel()
 		return "", err
 	}
 	if err := k.Close(); err != nil {
 		return "", err
-	}
-	// commit reaped beyond Retain; the replaced snapshot goes in any case
-	// (unless a reader holds it: a later reap removes it).
-	if err := s.remove(id); err != nil {
-		s.logf("snapstore: removing refreshed snapshot %s: %v", id, err)
 	}
 	return k.ID(), nil
 }

@@ -10,24 +10,27 @@ import (
 )
 
 // TestRefreshReleasesReplacedFiles: after compaction replaced the tables
-// of the newest snapshot, the snapshot pins them (Pinned > 0); Refresh
-// replaces it by a snapshot of the same raft position whose files are the
-// engine's current ones (nothing immutable pinned), which verifies,
-// restores to the engine's state, and leaves no other snapshot. A stale ID
-// or a checkpoint behind the snapshot is refused.
+// of the retained snapshots, they pin them (Pinned > 0); Refresh replaces
+// each by a snapshot of the same raft position whose files are the
+// engine's current ones (nothing immutable pinned), which verifies and
+// restores to the engine's state; the snapshots are as many as before,
+// in the same order. A replaced ID or a checkpoint behind the snapshot is
+// refused.
 func TestRefreshReleasesReplacedFiles(t *testing.T) {
 	base := t.TempDir()
 	f := openFSM(t, filepath.Join(base, "fsm"), nil)
 	live := filepath.Join(base, "fsm", "engine")
 	s := openStore(t, filepath.Join(base, "snaps"), 2)
 	f.put(t, "k", 400, 1000)
+	older := snapshot(t, s, f)
+	f.put(t, "j", 100, 1000)
 	old := snapshot(t, s, f)
 	behind, err := f.Checkpoint()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer behind.Release()
-	if _, pinned, err := s.Pinned(live); err != nil || pinned > 64<<10 {
+	if _, pinned, _, err := s.Pinned(live); err != nil || pinned > 64<<10 {
 		t.Fatalf("a new snapshot pins %d bytes (%v): it should share the engine's tables", pinned, err)
 	}
 	// Overwrite the same keys until compaction has replaced a table the
@@ -40,10 +43,15 @@ func TestRefreshReleasesReplacedFiles(t *testing.T) {
 		}
 		f.put(t, "k", 400, 1000)
 	}
-	if _, pinned, err = s.Pinned(live); err != nil || pinned == 0 {
-		t.Fatalf("the snapshot holds tables the engine dropped but pins %d bytes (%v)", pinned, err)
+	byID, pinned, _, err := s.Pinned(live)
+	if err != nil || pinned == 0 || byID[old] == 0 {
+		t.Fatalf("the snapshot holds tables the engine dropped but pins %d bytes (%v, %v)", pinned, byID, err)
 	}
 	oldMeta, err := s.readMeta(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	olderMeta, err := s.readMeta(older)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,13 +61,20 @@ func TestRefreshReleasesReplacedFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, err := s.Refresh(old, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	olderID, err := s.Refresh(older, c)
 	c.Release()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ms, err := s.List()
-	if err != nil || len(ms) != 1 || ms[0].ID != id {
-		t.Fatalf("List after Refresh = %v, %v; want only %s", ms, err, id)
+	if err != nil || len(ms) != 2 || ms[0].ID != id || ms[1].ID != olderID || ms[1].Index != olderMeta.Index {
+		t.Fatalf("List after Refresh = %v, %v; want %s, %s", ms, err, id, olderID)
+	}
+	if _, pinned, _, err := s.Pinned(live); err != nil || pinned > 64<<10 {
+		t.Fatalf("refreshed snapshots pin %d bytes (%v)", pinned, err)
 	}
 	if m := ms[0]; m.Index != oldMeta.Index || m.Term != oldMeta.Term || m.ConfigurationIndex != oldMeta.ConfigurationIndex {
 		t.Fatalf("refreshed snapshot at %d/%d (config %d), the old one at %d/%d (config %d)",
@@ -86,7 +101,7 @@ func TestRefreshReleasesReplacedFiles(t *testing.T) {
 	if _, err := s.Refresh(id, behind); !errors.Is(err, ErrRefreshBehind) {
 		t.Fatalf("Refresh with a checkpoint behind the snapshot: %v, want ErrRefreshBehind", err)
 	}
-	if ms, _ := s.List(); len(ms) != 1 || ms[0].ID != id {
+	if ms, _ := s.List(); len(ms) != 2 || ms[0].ID != id {
 		t.Fatalf("a refused Refresh changed the snapshots: %v", ms)
 	}
 }

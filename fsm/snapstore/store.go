@@ -392,8 +392,9 @@ func (s *Store) FindCheckpoint(m *fsmpb.SnapshotManifest) (string, bool) {
 	return "", false
 }
 
-// commit makes the snapshot in tmp visible as id, then reaps old ones.
-func (s *Store) commit(tmp, id string) error {
+// commit makes the snapshot in tmp visible as id, then removes the one it
+// replaces (Refresh) or, if none, reaps old ones.
+func (s *Store) commit(tmp, id, replaces string) error {
 	if err := vfs.SyncDir(s.fs, tmp); err != nil {
 		return fmt.Errorf("snapstore: %w", err)
 	}
@@ -402,6 +403,12 @@ func (s *Store) commit(tmp, id string) error {
 	}
 	if err := vfs.SyncDir(s.fs, s.dir); err != nil {
 		return fmt.Errorf("snapstore: %w", err)
+	}
+	if replaces != "" {
+		if err := s.remove(replaces); err != nil {
+			s.logf("snapstore: removing refreshed snapshot %s: %v", replaces, err)
+		}
+		return nil
 	}
 	if err := s.reap(id); err != nil {
 		s.logf("snapstore: removing old snapshots: %v", err)
