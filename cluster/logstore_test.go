@@ -514,3 +514,130 @@ func TestLogStoreChoiceLogged(t *testing.T) {
 		t.Fatalf("log after a restart does not say %s:\n%s", want, got)
 	}
 }
+
+// fifoLock is a mutex that admits waiters in arrival order (a store's
+// single writer lock, without the scheduling luck of sync.Mutex).
+type fifoLock struct {
+	mu      sync.Mutex
+	held    bool
+	waiters []chan struct{}
+}
+
+func (l *fifoLock) Lock() {
+	l.mu.Lock()
+	if !l.held {
+		l.held = true
+		l.mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	l.waiters = append(l.waiters, ch)
+	l.mu.Unlock()
+	<-ch // ownership handed over by Unlock
+}
+
+func (l *fifoLock) Unlock() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.waiters) == 0 {
+		l.held = false
+		return
+	}
+	ch := l.waiters[0]
+	l.waiters = l.waiters[1:]
+	close(ch)
+}
+
+func (l *fifoLock) queued() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.waiters)
+}
+
+// gatedStore is a log store whose writes take one FIFO lock, as a store's
+// write transactions do, and whose every DeleteRange holds it until the
+// test opens the gate once: the test sees each batch of a trim and decides
+// when it ends.
+type gatedStore struct {
+	raft.LogStore
+	lock    fifoLock
+	started chan [2]uint64 // a DeleteRange holds the lock
+	gate    chan struct{}  // one receive per DeleteRange
+}
+
+func (s *gatedStore) StoreLogs(logs []*raft.Log) error {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	return s.LogStore.StoreLogs(logs)
+}
+
+func (s *gatedStore) DeleteRange(lo, hi uint64) error {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	s.started <- [2]uint64{lo, hi}
+	<-s.gate
+	return s.LogStore.DeleteRange(lo, hi)
+}
+
+// TestTrimAppendWaitsOneBatch asserts the bound of the batched trim
+// structurally, without timing: an append issued while a batch of a long
+// trim holds the store's write lock completes as soon as that batch ends,
+// before the trim's next batch starts; the trim then goes on and leaves
+// the log as it should. With the trim in one DeleteRange (-args
+// -unbatched) the append waits for the whole trim and the test fails.
+func TestTrimAppendWaitsOneBatch(t *testing.T) {
+	gs := &gatedStore{LogStore: raft.NewInmemStore(), started: make(chan [2]uint64), gate: make(chan struct{})}
+	fillLog(t, gs, 1, 1000, 10)
+	var s raft.LogStore = &trimBatchingStore{LogStore: gs, target: time.Hour, min: 100, max: 100}
+	s.(*trimBatchingStore).mu.batch = 100
+	if *unbatched {
+		s = gs
+	}
+	trimDone := make(chan error, 1)
+	go func() { trimDone <- s.DeleteRange(1, 900) }()
+	first := <-gs.started
+	appendDone := make(chan error, 1)
+	go func() {
+		appendDone <- s.StoreLogs([]*raft.Log{{Index: 1001, Term: 1, Type: raft.LogCommand, Data: []byte("x")}})
+	}()
+	waitFor(t, 10*time.Second, "the append to wait for the store's lock", func() bool { return gs.lock.queued() == 1 })
+	gs.gate <- struct{}{} // the batch holding the lock ends
+	batches := 1
+	for appended := false; !appended; {
+		select {
+		case err := <-appendDone:
+			if err != nil {
+				t.Fatal(err)
+			}
+			appended = true
+			// Only the first batch ran before the append: no later batch
+			// can start while the gate is closed.
+			if f, err := gs.FirstIndex(); err != nil || f != first[1]+1 || f > 900 {
+				t.Fatalf("the append returned with the log starting at %d (%v): it waited for the delete of [%d, %d], want a batch of a trim still under way",
+					f, err, first[0], first[1])
+			}
+		case b := <-gs.started:
+			t.Fatalf("the append still waits after the delete of [%d, %d] ended: the delete of [%d, %d] started before it",
+				first[0], first[1], b[0], b[1])
+		case err := <-trimDone:
+			t.Fatalf("the whole trim (%d batch) ended before the append issued during its first batch (%v)", batches, err)
+		}
+	}
+	// The rest of the trim, batch by batch.
+	for done := false; !done; {
+		select {
+		case <-gs.started:
+			batches++
+			gs.gate <- struct{}{}
+		case err := <-trimDone:
+			if err != nil {
+				t.Fatal(err)
+			}
+			done = true
+		}
+	}
+	if batches != 9 {
+		t.Errorf("the trim of 900 entries ran in %d deletes, want 9 of 100", batches)
+	}
+	checkRange(t, s, 901, 1001)
+}
