@@ -19,9 +19,12 @@ import (
 // raft position holding a fresh checkpoint of the engine
 // (snapstore.Store.Refresh explains why that is a valid snapshot for that
 // position). A checkpoint is a flush and hard links: it writes the
-// memtable, not the data.
+// memtable, not the data. A check lists the snapshots' and the engine's
+// files and stats them, reading nothing. Between a compaction's end and
+// the next check (and the refresh's flush) its inputs stay pinned: after
+// a bulk load, one compaction can free half the engine at once.
 const (
-	snapshotRefreshInterval = 5 * time.Second
+	snapshotRefreshInterval = time.Second
 	snapshotRefreshRatio    = 0.15
 	snapshotRefreshMinBytes = 32 << 20
 )

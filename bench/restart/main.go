@@ -222,14 +222,52 @@ type usage struct {
 
 func (u usage) ratio() float64 { return float64(u.total) / float64(u.engine+u.raftLog) }
 
+// measureUsage walks dir once (so that the three figures are of one
+// moment, as far as a walk is) and counts each inode once: engine is the
+// files under fsm/engine, raftLog those under raft/ but not
+// raft/snapshots (old-style snapshots), total everything, snapshots'
+// hard links to engine files included once.
 func measureUsage(dir string) usage {
-	// The raft log (raft.db or wal/), without the snapshots older
-	// versions keep under raft/snapshots.
-	return usage{
-		total:   dirSize(dir),
-		engine:  dirSize(filepath.Join(dir, "fsm", "engine")),
-		raftLog: dirSize(filepath.Join(dir, "raft")) - dirSize(filepath.Join(dir, "raft", "snapshots")),
+	type file struct {
+		size            int64
+		inEngine, inLog bool
 	}
+	files := map[uint64]*file{}
+	var u usage
+	engineDir := filepath.Join(dir, "fsm", "engine") + string(filepath.Separator)
+	raftDir := filepath.Join(dir, "raft") + string(filepath.Separator)
+	oldSnaps := filepath.Join(dir, "raft", "snapshots") + string(filepath.Separator)
+	filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return nil
+		}
+		st, ok := info.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil
+		}
+		f := files[st.Ino]
+		if f == nil {
+			f = &file{size: info.Size()}
+			files[st.Ino] = f
+		}
+		switch {
+		case strings.HasPrefix(path, engineDir):
+			f.inEngine = true
+		case strings.HasPrefix(path, raftDir) && !strings.HasPrefix(path, oldSnaps):
+			f.inLog = true
+		}
+		return nil
+	})
+	for _, f := range files {
+		u.total += f.size
+		switch {
+		case f.inEngine:
+			u.engine += f.size
+		case f.inLog:
+			u.raftLog += f.size
+		}
+	}
+	return u
 }
 
 // sampler measures a data directory's disk use periodically.
@@ -261,17 +299,23 @@ func startSampler(dir string, start time.Time) *sampler {
 	return s
 }
 
-// finish stops the sampler and returns the sample of highest ratio.
-func (s *sampler) finish() (usage, int) {
+// finish stops the sampler and returns the sample of highest ratio and
+// how long the ratio was above limit (each sample standing for the time
+// until the next).
+func (s *sampler) finish(limit float64) (usage, int, time.Duration) {
 	close(s.stop)
 	<-s.done
 	var worst usage
-	for _, u := range s.samples {
+	var above time.Duration
+	for i, u := range s.samples {
 		if worst.total == 0 || u.ratio() > worst.ratio() {
 			worst = u
 		}
+		if u.ratio() > limit && i+1 < len(s.samples) {
+			above += s.samples[i+1].at - u.at
+		}
 	}
-	return worst, len(s.samples)
+	return worst, len(s.samples), above
 }
 
 func measure(label string, size int64, retain int) error {
@@ -315,7 +359,7 @@ func measure(label string, size int64, retain int) error {
 	if err := n.Shutdown(context.Background()); err != nil {
 		return err
 	}
-	worst, nSamples := smp.finish()
+	worst, nSamples, above := smp.finish(1.3)
 	end := measureUsage(dir)
 	end.at = time.Since(started)
 	if worst.total == 0 || end.ratio() > worst.ratio() {
@@ -338,9 +382,9 @@ func measure(label string, size int64, retain int) error {
 	if retain > 0 {
 		retained = strconv.Itoa(retain)
 	}
-	fmt.Printf("%-8s retain %-7s disk / (engine + raft log): max %.2fx at %.1fs (%.1f MiB: engine %.1f, raft log %.1f), at end %.2fx; %d samples\n",
+	fmt.Printf("%-8s retain %-7s disk / (engine + raft log): max %.2fx at %.1fs (%.1f MiB: engine %.1f, raft log %.1f), above 1.3x for %.1fs of %.1fs, at end %.2fx; %d samples\n",
 		label, retained, worst.ratio(), worst.at.Seconds(), mib(worst.total), mib(worst.engine), mib(worst.raftLog),
-		end.ratio(), nSamples)
+		above.Seconds(), end.at.Seconds(), end.ratio(), nSamples)
 	fmt.Printf("%-8s loaded in %6.1fs; snapshots took %.1fms, %.1fms; on disk %.1f MiB (engine %.1f MiB, raft log %.1f MiB: %.2fx engine+raft log); restart median %7.1fms (min %.1fms, max %.1fms)\n",
 		label, loadTime.Seconds(), ms(snapTimes[0]), ms(snapTimes[1]),
 		float64(onDisk)/(1<<20), float64(engine)/(1<<20), float64(raftLog)/(1<<20),
