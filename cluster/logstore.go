@@ -115,6 +115,38 @@ func (t *trimBatchingStore) DeleteRange(lo, hi uint64) error {
 	return nil
 }
 
+// firstIndexStore is a raft.LogStore whose GetLog refuses entries below
+// FirstIndex with raft.ErrLogNotFound.
+//
+// raft-wal v0.4.0 looks an index up in its open (tail) segment before it
+// consults the segment tree, and a DeleteRange of a prefix only moves the
+// first index in its metadata: an entry deleted by log compaction but
+// still in the open segment is served. raft then replicates that entry to
+// a follower behind the snapshot instead of sending the snapshot, and the
+// log contradicts its own FirstIndex (raft-boltdb deletes the entries).
+// FirstIndex is an atomic load of raft-wal's state, so the check is cheap.
+type firstIndexStore struct {
+	raft.LogStore
+}
+
+// IsMonotonic implements raft.MonotonicLogStore for the wrapped store.
+func (s firstIndexStore) IsMonotonic() bool {
+	m, ok := s.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
+
+// GetLog returns entry index, or raft.ErrLogNotFound below FirstIndex.
+func (s firstIndexStore) GetLog(index uint64, l *raft.Log) error {
+	first, err := s.LogStore.FirstIndex()
+	if err != nil {
+		return err
+	}
+	if index < first || first == 0 {
+		return raft.ErrLogNotFound
+	}
+	return s.LogStore.GetLog(index, l)
+}
+
 // asyncDeleteFiler is raft-wal's segment filer with Delete moved off the
 // caller's goroutine.
 //

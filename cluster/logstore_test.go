@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -216,7 +217,10 @@ func TestResolveLogStore(t *testing.T) {
 		{LogStoreBoltDB, []string{walMeta}, ""},
 		{"", []string{boltFileName, walMeta}, ""},
 	} {
-		got, err := resolveLogStore(tc.kind, newDir(tc.files...))
+		got, why, err := resolveLogStore(tc.kind, newDir(tc.files...))
+		if err == nil && why == "" {
+			t.Errorf("kind %q with %v: no reason given for %q", tc.kind, tc.files, got)
+		}
 		if got != tc.want || (err != nil) != (tc.want == "") {
 			t.Errorf("kind %q with %v: got %q, %v; want %q", tc.kind, tc.files, got, err, tc.want)
 		}
@@ -390,6 +394,252 @@ func TestAsyncDeleteFiler(t *testing.T) {
 	if !slices.Equal(bf.deleted, []uint64{1, 2, 3, 4}) {
 		t.Fatalf("a Delete after Close: deleted %v", bf.deleted)
 	}
+}
+
+var rawWAL = flag.Bool("rawwal", false, "TestWALNoEntriesBelowFirstIndex: read raft-wal without the fence (it must fail)")
+
+// TestWALNoEntriesBelowFirstIndex: after log compaction deletes a prefix
+// of a raft-wal log, the deleted entries are gone for GetLog too, also
+// while they are still in the open segment (raft-wal v0.4.0 serves them
+// from there; run with -args -rawwal to see it fail).
+func TestWALNoEntriesBelowFirstIndex(t *testing.T) {
+	ls, _, closer, err := openLogStore(LogStoreWAL, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	if _, ok := ls.(raft.MonotonicLogStore); !ok {
+		t.Fatal("the wrapped raft-wal store is not a raft.MonotonicLogStore")
+	}
+	if *rawWAL {
+		ls = ls.(firstIndexStore).LogStore
+	}
+	var e raft.Log
+	if err := ls.GetLog(1, &e); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Fatalf("entry 1 of an empty log: %v, want ErrLogNotFound", err)
+	}
+	fillLog(t, ls, 1, 100, 100) // one segment: all of it in the open one
+	if err := ls.DeleteRange(1, 60); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i <= 60; i++ {
+		if err := ls.GetLog(i, &e); !errors.Is(err, raft.ErrLogNotFound) {
+			t.Fatalf("entry %d after deleting [1, 60]: %v (index %d), want ErrLogNotFound", i, err, e.Index)
+		}
+	}
+	checkRange(t, ls, 61, 100)
+}
+
+// TestSecondNodeOnDataDirFails: a second node on a data directory in use
+// fails at once with a clear error, with either log store. raft-wal opens
+// its metadata database (bbolt) without a lock timeout, so a second opener
+// would wait forever on the database's flock: the data directory's own
+// lock (lock_unix.go), taken before any store opens, is what refuses it.
+// (flock excludes a second open file description in the same process as
+// it does another process.)
+func TestSecondNodeOnDataDirFails(t *testing.T) {
+	for _, kind := range []string{LogStoreWAL, LogStoreBoltDB} {
+		t.Run(kind, func(t *testing.T) {
+			tc := newTestCluster(t)
+			cfg := testConfig(t, "n1")
+			cfg.BootstrapExpect = 1
+			cfg.RaftLogStore = kind
+			tc.start(cfg, nil)
+			second := testConfig(t, "n1")
+			second.DataDir = cfg.DataDir
+			second.RaftLogStore = kind
+			n, err := New(second, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- n.Start() }()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), "is locked") {
+					n.kill()
+					t.Fatalf("a second node on %s: %v, want an error saying it is locked", cfg.DataDir, err)
+				}
+				t.Log(err)
+			case <-time.After(60 * time.Second):
+				t.Fatal("a second node on the data directory hangs")
+			}
+		})
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestLogStoreChoiceLogged: a node logs once at start which raft log
+// store it opened and why.
+func TestLogStoreChoiceLogged(t *testing.T) {
+	tc := newTestCluster(t)
+	cfg := testConfig(t, "n1")
+	cfg.BootstrapExpect = 1
+	buf := &lockedBuffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(buf, nil))
+	n := tc.start(cfg, nil)
+	tc.waitReady([]*Node{n}, 1)
+	if err := n.kill(); err != nil {
+		t.Fatal(err)
+	}
+	want := `msg="raft log store" node=n1 store=wal why="default for a new data directory"`
+	if got := buf.String(); strings.Count(got, `msg="raft log store"`) != 1 || !strings.Contains(got, want) {
+		t.Fatalf("log does not say once %s:\n%s", want, got)
+	}
+	buf = &lockedBuffer{}
+	cfg = tc.cfgs["n1"]
+	cfg.BootstrapExpect = 0
+	cfg.Logger = slog.New(slog.NewTextHandler(buf, nil))
+	n = tc.start(cfg, nil)
+	tc.waitReady([]*Node{n}, 1)
+	want = `msg="raft log store" node=n1 store=wal why="default: the data directory has a raft-wal log (wal/)"`
+	if got := buf.String(); !strings.Contains(got, want) {
+		t.Fatalf("log after a restart does not say %s:\n%s", want, got)
+	}
+}
+
+// fifoLock is a mutex that admits waiters in arrival order (a store's
+// single writer lock, without the scheduling luck of sync.Mutex).
+type fifoLock struct {
+	mu      sync.Mutex
+	held    bool
+	waiters []chan struct{}
+}
+
+func (l *fifoLock) Lock() {
+	l.mu.Lock()
+	if !l.held {
+		l.held = true
+		l.mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	l.waiters = append(l.waiters, ch)
+	l.mu.Unlock()
+	<-ch // ownership handed over by Unlock
+}
+
+func (l *fifoLock) Unlock() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.waiters) == 0 {
+		l.held = false
+		return
+	}
+	ch := l.waiters[0]
+	l.waiters = l.waiters[1:]
+	close(ch)
+}
+
+func (l *fifoLock) queued() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.waiters)
+}
+
+// gatedStore is a log store whose writes take one FIFO lock, as a store's
+// write transactions do, and whose every DeleteRange holds it until the
+// test opens the gate once: the test sees each batch of a trim and decides
+// when it ends.
+type gatedStore struct {
+	raft.LogStore
+	lock    fifoLock
+	started chan [2]uint64 // a DeleteRange holds the lock
+	gate    chan struct{}  // one receive per DeleteRange
+}
+
+func (s *gatedStore) StoreLogs(logs []*raft.Log) error {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	return s.LogStore.StoreLogs(logs)
+}
+
+func (s *gatedStore) DeleteRange(lo, hi uint64) error {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	s.started <- [2]uint64{lo, hi}
+	<-s.gate
+	return s.LogStore.DeleteRange(lo, hi)
+}
+
+// TestTrimAppendWaitsOneBatch asserts the bound of the batched trim
+// structurally, without timing: an append issued while a batch of a long
+// trim holds the store's write lock completes as soon as that batch ends,
+// before the trim's next batch starts; the trim then goes on and leaves
+// the log as it should. With the trim in one DeleteRange (-args
+// -unbatched) the append waits for the whole trim and the test fails.
+func TestTrimAppendWaitsOneBatch(t *testing.T) {
+	gs := &gatedStore{LogStore: raft.NewInmemStore(), started: make(chan [2]uint64), gate: make(chan struct{})}
+	fillLog(t, gs, 1, 1000, 10)
+	var s raft.LogStore = &trimBatchingStore{LogStore: gs, target: time.Hour, min: 100, max: 100}
+	s.(*trimBatchingStore).mu.batch = 100
+	if *unbatched {
+		s = gs
+	}
+	trimDone := make(chan error, 1)
+	go func() { trimDone <- s.DeleteRange(1, 900) }()
+	first := <-gs.started
+	appendDone := make(chan error, 1)
+	go func() {
+		appendDone <- s.StoreLogs([]*raft.Log{{Index: 1001, Term: 1, Type: raft.LogCommand, Data: []byte("x")}})
+	}()
+	waitFor(t, 10*time.Second, "the append to wait for the store's lock", func() bool { return gs.lock.queued() == 1 })
+	gs.gate <- struct{}{} // the batch holding the lock ends
+	batches := 1
+	for appended := false; !appended; {
+		select {
+		case err := <-appendDone:
+			if err != nil {
+				t.Fatal(err)
+			}
+			appended = true
+			// Only the first batch ran before the append: no later batch
+			// can start while the gate is closed.
+			if f, err := gs.FirstIndex(); err != nil || f != first[1]+1 || f > 900 {
+				t.Fatalf("the append returned with the log starting at %d (%v): it waited for the delete of [%d, %d], want a batch of a trim still under way",
+					f, err, first[0], first[1])
+			}
+		case b := <-gs.started:
+			t.Fatalf("the append still waits after the delete of [%d, %d] ended: the delete of [%d, %d] started before it",
+				first[0], first[1], b[0], b[1])
+		case err := <-trimDone:
+			t.Fatalf("the whole trim (%d batch) ended before the append issued during its first batch (%v)", batches, err)
+		}
+	}
+	// The rest of the trim, batch by batch.
+	for done := false; !done; {
+		select {
+		case <-gs.started:
+			batches++
+			gs.gate <- struct{}{}
+		case err := <-trimDone:
+			if err != nil {
+				t.Fatal(err)
+			}
+			done = true
+		}
+	}
+	if batches != 9 {
+		t.Errorf("the trim of 900 entries ran in %d deletes, want 9 of 100", batches)
+	}
+	checkRange(t, s, 901, 1001)
 }
 
 // TestWALSuffixTruncationReopens: raft removes a conflicting log suffix

@@ -19,6 +19,7 @@ import (
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/cluster/membership"
 	"github.com/cairnkv/cairn/fsm"
+	"github.com/cairnkv/cairn/fsm/snapstore"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -60,6 +61,7 @@ type Node struct {
 	closers    []io.Closer            // stores the node opened, closed last
 	lock       *os.File               // the data directory's lock, released at the very end
 	netTrans   *raft.NetworkTransport // the TCP transport, if the node made it
+	snapStore  *snapstore.Store       // cairn's snapshot store, unless Deps gave another
 	disc       *membership.Discovery
 	grpc       *grpc.Server
 	health     *health.Server
@@ -202,8 +204,13 @@ func (n *Node) Start() (err error) {
 	// Raft's stores.
 	logStore, stable := n.deps.LogStore, n.deps.StableStore
 	if logStore == nil {
+		kind, why, err := resolveLogStore(c.RaftLogStore, raftDir)
+		if err != nil {
+			return err
+		}
+		n.log.Info("raft log store", "store", kind, "why", why, "dir", raftDir)
 		var closer io.Closer
-		logStore, stable, closer, err = openLogStore(c.RaftLogStore, raftDir)
+		logStore, stable, closer, err = openLogStore(kind, raftDir)
 		if err != nil {
 			return err
 		}
@@ -213,12 +220,13 @@ func (n *Node) Start() (err error) {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	snaps := n.deps.SnapshotStore
+	var ownSnaps *snapstore.Store
 	if snaps == nil {
 		ss, err := openSnapshotStore(c, raftDir, log.New(slogWriter{n.log}, "", 0))
 		if err != nil {
 			return err
 		}
-		snaps = ss
+		snaps, ownSnaps = ss, ss
 	}
 	// A store that keeps checkpoint directories lets Restore link them.
 	checkpoints, _ := snaps.(fsm.CheckpointSource)
@@ -290,6 +298,11 @@ func (n *Node) Start() (err error) {
 	n.wg.Add(2)
 	go n.watchMembers()
 	go n.leadershipLoop()
+	if ownSnaps != nil {
+		n.snapStore = ownSnaps
+		n.wg.Add(1)
+		go n.refreshSnapshotsLoop(ownSnaps, filepath.Join(c.DataDir, fsmDirName, "engine"))
+	}
 	seeds := slices.Clone(c.Join)
 	for _, p := range loadPeers(c.DataDir) {
 		if p != n.gossipAddr && !slices.Contains(seeds, p) {

@@ -18,11 +18,10 @@ func TestSnapshotCatchUpAndRestart(t *testing.T) {
 		c.SnapshotThreshold = 64
 		c.TrailingLogs = 16
 		c.SnapshotInterval = time.Hour // snapshots only when asked
-		// raft-wal keeps serving entries below its first index while
-		// they are still in its unsealed segment (GetLog reads the tail
-		// segment first), so a follower catches up from the log there
-		// and this test would see no snapshot install.
-		c.RaftLogStore = LogStoreBoltDB
+		// The default log store, raft-wal: its GetLog would serve
+		// entries below its first index from the open segment, and the
+		// follower would catch up from the log, restoring no snapshot,
+		// without firstIndexStore (logstore.go).
 	})
 	leader := tc.leader()
 	var follower *Node

@@ -91,37 +91,41 @@ func syncDir(dir string) error {
 }
 
 // resolveLogStore returns the log store to open in the raft directory dir
-// for the configured kind: "" (the default) keeps using raft-boltdb for a
-// directory that already has raft/raft.db (a node created before raft-wal
-// became the default) and picks raft-wal otherwise. An explicit kind that
-// contradicts the log already in dir is an error: opening the other store
-// would start the node with an empty raft log, term and vote, which a
-// member of a cluster must never do.
-func resolveLogStore(kind, dir string) (string, error) {
+// for the configured kind, and why: "" (the default) keeps using
+// raft-boltdb for a directory that already has raft/raft.db (a node created
+// before raft-wal became the default) and picks raft-wal otherwise. An
+// explicit kind that contradicts the log already in dir is an error:
+// opening the other store would start the node with an empty raft log,
+// term and vote, which a member of a cluster must never do.
+func resolveLogStore(kind, dir string) (string, string, error) {
 	hasBolt, err := exists(filepath.Join(dir, boltFileName))
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	hasWAL, err := exists(filepath.Join(dir, walDirName, metadb.FileName))
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	switch {
 	case hasBolt && hasWAL:
-		return "", fmt.Errorf("cluster: %s holds both a raft-boltdb log (%s) and a raft-wal log (%s/): remove the one not in use",
+		return "", "", fmt.Errorf("cluster: %s holds both a raft-boltdb log (%s) and a raft-wal log (%s/): remove the one not in use",
 			dir, boltFileName, walDirName)
 	case kind == "" && hasBolt:
-		return LogStoreBoltDB, nil
+		return LogStoreBoltDB, "default: the data directory has a raft-boltdb log (" + boltFileName + ")", nil
+	case kind == "" && hasWAL:
+		return LogStoreWAL, "default: the data directory has a raft-wal log (" + walDirName + "/)", nil
 	case kind == "":
-		return LogStoreWAL, nil
+		return LogStoreWAL, "default for a new data directory", nil
 	case kind == LogStoreWAL && hasBolt:
-		return "", fmt.Errorf("cluster: %s holds a raft-boltdb log (%s): open it with raft log store %q (or leave the store unset)",
+		return "", "", fmt.Errorf("cluster: %s holds a raft-boltdb log (%s): open it with raft log store %q (or leave the store unset)",
 			dir, boltFileName, LogStoreBoltDB)
 	case kind == LogStoreBoltDB && hasWAL:
-		return "", fmt.Errorf("cluster: %s holds a raft-wal log (%s/): open it with raft log store %q (or leave the store unset)",
+		return "", "", fmt.Errorf("cluster: %s holds a raft-wal log (%s/): open it with raft log store %q (or leave the store unset)",
 			dir, walDirName, LogStoreWAL)
+	case hasBolt || hasWAL:
+		return kind, "configured; the data directory has its log", nil
 	}
-	return kind, nil
+	return kind, "configured; new log", nil
 }
 
 func exists(name string) (bool, error) {
@@ -141,10 +145,24 @@ func exists(name string) (bool, error) {
 // raft-boltdb's log is wrapped in a trimBatchingStore, so that log
 // compaction after a snapshot does not hold bbolt's single writer lock for
 // the whole compacted range; raft-wal removes the segment files that
-// compaction frees outside its write lock (asyncDeleteFiler). See
-// logstore.go.
+// compaction frees outside its write lock (asyncDeleteFiler), and its
+// GetLog is fenced at FirstIndex (firstIndexStore). See logstore.go.
 func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer, error) {
-	kind, err := resolveLogStore(kind, dir)
+	return OpenRaftLogStore(kind, dir, nil)
+}
+
+// OpenRaftLogStore opens the raft log and stable store of the given kind
+// (Config.RaftLogStore) in the raft directory dir as a node does, for
+// tools and benchmarks that pass it back as Deps.LogStore and
+// Deps.StableStore. wrap, if not nil, wraps the bare log store (raft-boltdb
+// or raft-wal) under cairn's own wrappers, so that it sees every call they
+// make, each batch of a batched log trim included; it must keep
+// raft.MonotonicLogStore. The closer closes the stores.
+func OpenRaftLogStore(kind, dir string, wrap func(raft.LogStore) raft.LogStore) (raft.LogStore, raft.StableStore, io.Closer, error) {
+	if wrap == nil {
+		wrap = func(s raft.LogStore) raft.LogStore { return s }
+	}
+	kind, _, err := resolveLogStore(kind, dir)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -165,7 +183,8 @@ func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer,
 			meta.Close()
 			return nil, nil, nil, fmt.Errorf("cluster: opening raft WAL: %w", err)
 		}
-		return w, w, walCloser{w, meta, sf}, nil
+		// GetLog below FirstIndex fails, as raft expects (logstore.go).
+		return firstIndexStore{wrap(w)}, w, walCloser{w, meta, sf}, nil
 	case LogStoreBoltDB:
 		path := filepath.Join(dir, boltFileName)
 		s, err := raftboltdb.New(raftboltdb.Options{
@@ -186,7 +205,7 @@ func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer,
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("cluster: opening raft log %s: %w", path, err)
 		}
-		return newTrimBatchingStore(s), s, s, nil
+		return newTrimBatchingStore(wrap(s)), s, s, nil
 	}
 	return nil, nil, nil, fmt.Errorf("%w: raft log store %q", ErrInvalidConfig, kind)
 }

@@ -29,7 +29,10 @@
 //     fsm.CheckpointSource) and hard-links its files into its staging
 //     directory: the data is written once, by the receive.
 //   - Retained snapshots share unchanged files through hard links, so
-//     they cost what compaction rewrote between them.
+//     they cost what compaction replaced since they were taken; Refresh
+//     (refresh.go) replaces a snapshot by one of the same raft position
+//     over a later checkpoint, which pins nothing (the cluster layer does
+//     it when the snapshots pin too much: cluster/snaprefresh.go).
 //   - List and AppliedIndex read only meta.json: nothing at startup reads
 //     data proportional to the data set. (List's Size is an estimate until
 //     the snapshot is first opened.)

@@ -29,6 +29,9 @@ type sink struct {
 	s    *Store
 	tmp  string
 	meta meta
+	// replaces is the snapshot a Refresh replaces: the commit removes
+	// it instead of reaping beyond Retain.
+	replaces string
 
 	mu       sync.Mutex
 	manifest *fsmpb.SnapshotManifest // set by AdoptCheckpoint or the receive
@@ -158,7 +161,7 @@ func (k *sink) finishLocked() error {
 	if err := writeMeta(k.s.fs, k.tmp, &k.meta); err != nil {
 		return err
 	}
-	return k.s.commit(k.tmp, k.meta.ID)
+	return k.s.commit(k.tmp, k.meta.ID, k.replaces)
 }
 
 // Cancel abandons the snapshot.

@@ -47,6 +47,8 @@ type Store struct {
 	}
 	// sumMu serializes completing the checksums of a snapshot (Open).
 	sumMu sync.Mutex
+	// refreshMu serializes Refresh.
+	refreshMu sync.Mutex
 }
 
 var (
@@ -390,8 +392,9 @@ func (s *Store) FindCheckpoint(m *fsmpb.SnapshotManifest) (string, bool) {
 	return "", false
 }
 
-// commit makes the snapshot in tmp visible as id, then reaps old ones.
-func (s *Store) commit(tmp, id string) error {
+// commit makes the snapshot in tmp visible as id, then removes the one it
+// replaces (Refresh) or, if none, reaps old ones.
+func (s *Store) commit(tmp, id, replaces string) error {
 	if err := vfs.SyncDir(s.fs, tmp); err != nil {
 		return fmt.Errorf("snapstore: %w", err)
 	}
@@ -400,6 +403,12 @@ func (s *Store) commit(tmp, id string) error {
 	}
 	if err := vfs.SyncDir(s.fs, s.dir); err != nil {
 		return fmt.Errorf("snapstore: %w", err)
+	}
+	if replaces != "" {
+		if err := s.remove(replaces); err != nil {
+			s.logf("snapstore: removing refreshed snapshot %s: %v", replaces, err)
+		}
+		return nil
 	}
 	if err := s.reap(id); err != nil {
 		s.logf("snapstore: removing old snapshots: %v", err)
@@ -422,19 +431,33 @@ func (s *Store) reap(keep string) error {
 		if busy {
 			continue
 		}
-		// Rename first: a crash mid-removal must not leave a listed
-		// snapshot with files missing.
-		dead := filepath.Join(s.dir, m.ID+".reap"+tmpSuffix)
-		if err := s.fs.Rename(filepath.Join(s.dir, m.ID), dead); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := vfs.SyncDir(s.fs, s.dir); err != nil {
+		if err := s.remove(m.ID); err != nil {
 			errs = append(errs, err)
 		}
-		if err := s.fs.RemoveAll(dead); err != nil {
-			errs = append(errs, err)
-		}
+	}
+	return errors.Join(errs...)
+}
+
+// remove removes snapshot id unless a reader holds it.
+func (s *Store) remove(id string) error {
+	s.mu.Lock()
+	busy := s.mu.readers[id] > 0
+	s.mu.Unlock()
+	if busy {
+		return nil
+	}
+	// Rename first: a crash mid-removal must not leave a listed
+	// snapshot with files missing.
+	dead := filepath.Join(s.dir, id+".reap"+tmpSuffix)
+	if err := s.fs.Rename(filepath.Join(s.dir, id), dead); err != nil {
+		return fmt.Errorf("snapstore: %w", err)
+	}
+	var errs []error
+	if err := vfs.SyncDir(s.fs, s.dir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.fs.RemoveAll(dead); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
