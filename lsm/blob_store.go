@@ -163,8 +163,9 @@ func truncateKey(k []byte) []byte {
 // scan meets the records of each blob file in file order (a flush writes
 // them sorted), interleaved with other files' records, so the state is
 // kept per file, for the last few files. A miss outside a file's buffer
-// reads a window of the file from the record on (32 KiB, doubling while
-// the misses are adjacent, up to 1 MiB); the values that fall in the
+// reads just the record, unless it follows the last read in the file:
+// then it reads a window from the record on (16 KiB, doubling while the
+// misses stay sequential, up to 1 MiB). The values that fall in the
 // window are then handed out as views of it, verified one by one as they
 // are used, with no read, copy or allocation each. A view stays valid
 // until the file's buffer is refilled, which happens only in a later
@@ -187,7 +188,7 @@ type fileReadahead struct {
 }
 
 const (
-	minReadahead = 32 << 10
+	minReadahead = 16 << 10
 	maxReadahead = 1 << 20
 )
 
@@ -228,10 +229,14 @@ func (ra *fileReadahead) record(d *DB, x blob.Index) ([]byte, error) {
 	}
 	// Sequential: x starts in the last window's tail (a record cut by the
 	// window's end) or right after it.
+	// A miss that is not sequential reads just its record: a seek
+	// followed by a few steps meets each blob file once or twice (the
+	// records of neighbouring keys are spread over the files of
+	// different flushes), and a window would be read for nothing.
 	if len(ra.buf) > 0 && x.Offset > ra.start && x.Offset <= ra.nextOff {
-		ra.window = min(2*ra.window, maxReadahead)
+		ra.window = min(max(2*ra.window, minReadahead), maxReadahead)
 	} else {
-		ra.window = minReadahead
+		ra.window = 0
 	}
 	r, release, err := d.blobs.files.Get(x.FileNum)
 	if err != nil {
@@ -244,7 +249,7 @@ func (ra *fileReadahead) record(d *DB, x blob.Index) ([]byte, error) {
 	}
 	n := min(max(uint64(ra.window), x.Len), dataEnd-x.Offset)
 	if uint64(cap(ra.buf)) < n {
-		ra.buf = make([]byte, n, max(n, uint64(ra.window)))
+		ra.buf = make([]byte, n, max(n, minReadahead))
 	}
 	ra.buf = ra.buf[:n]
 	if _, err := r.ReadAt(ra.buf, int64(x.Offset)); err != nil {
