@@ -2,7 +2,9 @@ package lsm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 
 	"github.com/cairnkv/cairn/lsm/blob"
 	"github.com/cairnkv/cairn/lsm/internal/base"
@@ -117,16 +119,22 @@ func (d *DB) blobValue(v *version.Version, ukey, idx []byte, ra *blobReadahead) 
 	if _, ok := v.BlobFile(x.FileNum); !ok {
 		return blob.Handle{}, base.CorruptionErrorf("lsm: key %q: blob index into blob file %s, which the version does not hold", truncateKey(ukey), x.FileNum)
 	}
+	if ra != nil {
+		// An iterator's miss: a verified view of its readahead buffer,
+		// with no copy and no cache insert (a scan would otherwise push
+		// the Gets' working set out of the cache, and pay an allocation,
+		// a copy and a shard lock per value).
+		h, err := ra.view(d, x, ukey)
+		if err != nil {
+			return blob.Handle{}, fmt.Errorf("lsm: key %q: %w", truncateKey(ukey), err)
+		}
+		return h, nil
+	}
 	buf, err := b.cache.Alloc(int(x.Len))
 	if err != nil {
 		return blob.Handle{}, err
 	}
-	var vs, vl int
-	if ra != nil {
-		vs, vl, err = ra.read(d, buf.Bytes(), x, ukey)
-	} else {
-		vs, vl, err = d.readBlobRecord(buf.Bytes(), x, ukey)
-	}
+	vs, vl, err := d.readBlobRecord(buf.Bytes(), x, ukey)
 	if err != nil {
 		b.cache.Free(buf)
 		return blob.Handle{}, fmt.Errorf("lsm: key %q: %w", truncateKey(ukey), err)
@@ -151,13 +159,17 @@ func truncateKey(k []byte) []byte {
 	return k
 }
 
-// blobReadahead lets an iterator that walks blob indexes in file order
-// read ahead. A scan meets the records of each blob file in file order
-// (a flush writes them sorted), interleaved with other files' records, so
-// the state is kept per file, for the last few files: after two misses in
-// one file that are adjacent, a miss reads a window of the file (16 KiB,
-// doubling up to 1 MiB) and the next records come from it without a read
-// each. Records from a window are verified one by one as they are used.
+// blobReadahead lets an iterator that walks blob indexes read ahead. A
+// scan meets the records of each blob file in file order (a flush writes
+// them sorted), interleaved with other files' records, so the state is
+// kept per file, for the last few files. A miss outside a file's buffer
+// reads just the record, unless it follows the last read in the file:
+// then it reads a window from the record on (16 KiB, doubling while the
+// misses stay sequential, up to 1 MiB). The values that fall in the
+// window are then handed out as views of it, verified one by one as they
+// are used, with no read, copy or allocation each. A view stays valid
+// until the file's buffer is refilled, which happens only in a later
+// read, after the iterator has released the value it held.
 type blobReadahead struct {
 	files [blobReadaheadFiles]fileReadahead
 	next  int // the slot to reuse next
@@ -169,8 +181,8 @@ type fileReadahead struct {
 	fileNum base.FileNum
 	start   uint64 // file offset of buf[0]
 	buf     []byte
-	// nextOff is where the last miss's record ended; window the size of
-	// the next read.
+	// nextOff is where the last window ended (start+len(buf) until the
+	// buffer is dropped); window the size of the last read.
 	nextOff uint64
 	window  int
 }
@@ -180,57 +192,75 @@ const (
 	maxReadahead = 1 << 20
 )
 
-func (ra *blobReadahead) read(d *DB, dst []byte, x blob.Index, ukey []byte) (int, int, error) {
+// view returns the verified record x as a view of a readahead buffer.
+func (ra *blobReadahead) view(d *DB, x blob.Index, ukey []byte) (blob.Handle, error) {
+	var f *fileReadahead
 	for i := range ra.files {
-		if f := &ra.files[i]; f.fileNum == x.FileNum {
-			return f.read(d, dst, x, ukey)
+		if ra.files[i].fileNum == x.FileNum && ra.files[i].buf != nil {
+			f = &ra.files[i]
+			break
 		}
 	}
-	f := &ra.files[ra.next]
-	ra.next = (ra.next + 1) % blobReadaheadFiles
-	*f = fileReadahead{fileNum: x.FileNum, buf: f.buf[:0]}
-	return f.read(d, dst, x, ukey)
+	if f == nil {
+		f = &ra.files[ra.next]
+		ra.next = (ra.next + 1) % blobReadaheadFiles
+		*f = fileReadahead{fileNum: x.FileNum, buf: f.buf[:0]}
+	}
+	rec, err := f.record(d, x)
+	if err != nil {
+		return blob.Handle{}, err
+	}
+	vs, vl, err := blob.VerifyRecord(rec, ukey)
+	if err != nil {
+		return blob.Handle{}, fmt.Errorf("blob: file %s: record at %d: %w", x.FileNum, x.Offset, err)
+	}
+	return blob.ViewHandle(rec, vs, vl), nil
 }
 
-func (ra *fileReadahead) read(d *DB, dst []byte, x blob.Index, ukey []byte) (int, int, error) {
+// record returns record x (unverified) from the buffer, reading a window
+// of the file into it first if x is not there.
+func (ra *fileReadahead) record(d *DB, x blob.Index) ([]byte, error) {
 	end := x.Offset + x.Len
-	if x.FileNum == ra.fileNum && x.Offset >= ra.start && end <= ra.start+uint64(len(ra.buf)) {
-		ra.nextOff = end
-		copy(dst, ra.buf[x.Offset-ra.start:end-ra.start])
-		vs, vl, err := blob.VerifyRecord(dst, ukey)
-		return vs, vl, err
+	if end < x.Offset {
+		return nil, base.CorruptionErrorf("blob: file %s: record [%d, +%d) outside the data", x.FileNum, x.Offset, x.Len)
 	}
-	sequential := x.FileNum == ra.fileNum && x.Offset == ra.nextOff
-	ra.fileNum, ra.nextOff = x.FileNum, end
-	if !sequential {
+	if x.Offset >= ra.start && end <= ra.start+uint64(len(ra.buf)) {
+		return ra.buf[x.Offset-ra.start : end-ra.start : end-ra.start], nil
+	}
+	// Sequential: x starts in the last window's tail (a record cut by the
+	// window's end) or right after it.
+	// A miss that is not sequential reads just its record: a seek
+	// followed by a few steps meets each blob file once or twice (the
+	// records of neighbouring keys are spread over the files of
+	// different flushes), and a window would be read for nothing.
+	if len(ra.buf) > 0 && x.Offset > ra.start && x.Offset <= ra.nextOff {
+		ra.window = min(max(2*ra.window, minReadahead), maxReadahead)
+	} else {
 		ra.window = 0
-		ra.buf = ra.buf[:0]
-		return d.readBlobRecord(dst, x, ukey)
 	}
-	ra.window = min(max(2*ra.window, minReadahead), maxReadahead)
 	r, release, err := d.blobs.files.Get(x.FileNum)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	defer release()
-	n := max(uint64(ra.window), x.Len)
-	if dataEnd := r.DataEnd(); x.Offset+n > dataEnd {
-		if end > dataEnd {
-			return 0, 0, base.CorruptionErrorf("blob: file %s: record [%d, +%d) outside the data", x.FileNum, x.Offset, x.Len)
-		}
-		n = dataEnd - x.Offset
+	dataEnd := r.DataEnd()
+	if x.Offset < blob.HeaderLen || end > dataEnd {
+		return nil, base.CorruptionErrorf("blob: file %s: record [%d, +%d) outside the data", x.FileNum, x.Offset, x.Len)
 	}
+	n := min(max(uint64(ra.window), x.Len), dataEnd-x.Offset)
 	if uint64(cap(ra.buf)) < n {
-		ra.buf = make([]byte, n)
+		ra.buf = make([]byte, n, max(n, minReadahead))
 	}
 	ra.buf = ra.buf[:n]
 	if _, err := r.ReadAt(ra.buf, int64(x.Offset)); err != nil {
 		ra.buf = ra.buf[:0]
-		return 0, 0, fmt.Errorf("blob: file %s: readahead at %d: %w", x.FileNum, x.Offset, err)
+		if errors.Is(err, io.EOF) {
+			err = base.MarkCorruption(err)
+		}
+		return nil, fmt.Errorf("blob: file %s: readahead at %d: %w", x.FileNum, x.Offset, err)
 	}
-	ra.start = x.Offset
-	copy(dst, ra.buf[:x.Len])
-	return blob.VerifyRecord(dst, ukey)
+	ra.start, ra.nextOff = x.Offset, x.Offset+n
+	return ra.buf[:x.Len:x.Len], nil
 }
 
 // blobSeparator writes the values of a flush or compaction that reach

@@ -35,8 +35,9 @@ type Iterator struct {
 	savedValue []byte
 	seekBuf    []byte
 	// blobHandle holds the current value when it is a separated one: Value
-	// is a view of the blob cache's memory until the next positioning call
-	// (no copy). ra reads ahead in blob files during scans.
+	// is a view of the blob cache's memory (a hit) or of ra's buffer (a
+	// miss) until the next positioning call (no copy). ra reads ahead in
+	// blob files during scans.
 	blobHandle blob.Handle
 	ra         blobReadahead
 }
@@ -382,7 +383,8 @@ func (it *Iterator) Key() []byte { return it.key }
 
 // Value returns the current value. Like Key, it is valid only until the
 // next positioning call or Close: a separated value (Options.MinBlobSize)
-// is a view of the blob cache's memory, which is reused afterwards.
+// is a view of the blob cache's memory or of the iterator's readahead
+// buffer, both reused afterwards.
 func (it *Iterator) Value() []byte { return it.value }
 
 // Error returns the error, if any, that ended the iteration early.

@@ -115,15 +115,28 @@ func (c *Cache) shardFor(k cacheKey) *cacheShard {
 // Handle is a reference to a verified value. Value is valid until Release;
 // the memory is off the Go heap and is reused after the last release, so
 // the caller must copy what it keeps. A zero Handle is empty.
+//
+// A Handle is a reference to a cache entry or (ViewHandle) a view of a
+// verified record in memory the caller owns, with nothing to release.
 type Handle struct {
 	e     *cacheEntry
 	alloc *allocator
+	// rec and value are a ViewHandle's record and value.
+	rec, value []byte
+}
+
+// ViewHandle returns a handle on the verified record rec whose value is
+// rec[valStart:valStart+valLen], not cached: its memory stays the
+// caller's, valid as long as the caller keeps it; Release does nothing.
+// An iterator's readahead buffer hands out values this way.
+func ViewHandle(rec []byte, valStart, valLen int) Handle {
+	return Handle{rec: rec, value: rec[valStart : valStart+valLen : valStart+valLen]}
 }
 
 // Value returns the value, a view valid until Release.
 func (h Handle) Value() []byte {
 	if h.e == nil {
-		return nil
+		return h.value
 	}
 	return h.e.value
 }
@@ -132,7 +145,7 @@ func (h Handle) Value() []byte {
 // key, value, CRC), a view valid until Release.
 func (h Handle) Record() []byte {
 	if h.e == nil {
-		return nil
+		return h.rec
 	}
 	return h.e.buf.b
 }

@@ -24,6 +24,7 @@ func openCairn(dir string, cfg Config) (Engine, []string, error) {
 		fmt.Sprintf("FilterBitsPerKey=%g", o.FilterBitsPerKey),
 		"Compression=snappy", "WAL=on", "sync=per write (WriteOptions.Sync) in fillsync only",
 		"Compact=DB.Compact(nil, nil) (flush, then every level down to the bottom)",
+		"Get=DB.GetFunc (a view of the value, touched, not copied)",
 	}
 	blob, err := setCairnMinBlobSize(o, cfg.CairnMinBlobSize)
 	if err != nil {
@@ -58,15 +59,21 @@ func (e *cairnEngine) Put(key, value []byte, sync bool) error {
 	return e.db.Put(key, value, wo)
 }
 
-func (e *cairnEngine) Get(key []byte) (int, bool, error) {
-	v, err := e.db.Get(key)
+// Get reads the value in place (DB.GetFunc, like Badger's Item.Value and
+// Pebble's Get with its closer): no copy.
+func (e *cairnEngine) Get(key []byte) (n int, found bool, err error) {
+	err = e.db.GetFunc(key, func(v []byte) error {
+		n = len(v)
+		touch(v)
+		return nil
+	})
 	if errors.Is(err, lsm.ErrNotFound) {
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, err
 	}
-	return len(v), true, nil
+	return n, true, nil
 }
 
 func (e *cairnEngine) NewIter() (Iter, error) {
@@ -82,9 +89,13 @@ func (e *cairnEngine) Close() error   { return e.db.Close() }
 
 type cairnIter struct{ it *lsm.Iterator }
 
-func (i *cairnIter) First() bool            { return i.it.First() }
-func (i *cairnIter) SeekGE(k []byte) bool   { return i.it.SeekGE(k) }
-func (i *cairnIter) Next() bool             { return i.it.Next() }
-func (i *cairnIter) Key() []byte            { return i.it.Key() }
-func (i *cairnIter) ValueLen() (int, error) { return len(i.it.Value()), i.it.Error() }
-func (i *cairnIter) Close() error           { return i.it.Close() }
+func (i *cairnIter) First() bool          { return i.it.First() }
+func (i *cairnIter) SeekGE(k []byte) bool { return i.it.SeekGE(k) }
+func (i *cairnIter) Next() bool           { return i.it.Next() }
+func (i *cairnIter) Key() []byte          { return i.it.Key() }
+func (i *cairnIter) ValueLen() (int, error) {
+	v := i.it.Value()
+	touch(v)
+	return len(v), i.it.Error()
+}
+func (i *cairnIter) Close() error { return i.it.Close() }

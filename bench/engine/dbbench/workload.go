@@ -41,6 +41,11 @@ type Options struct {
 	Seed       uint64
 	// Log receives a db_bench-style line per benchmark; nil discards.
 	Log io.Writer
+	// Profile, if not nil, is called before each benchmark with its name
+	// (with "@compacted" after a compaction); the function it returns, if
+	// not nil, is called when the benchmark's timed part ends (a CPU
+	// profile of one benchmark: cmd/dbbench --cpuprofile).
+	Profile func(name string) (stop func())
 }
 
 // Result is one benchmark's figures. A benchmark run after "compact" has
@@ -231,6 +236,10 @@ func (r *runner) run(name string) (Result, error) {
 			return res, errors.New("no DB: run a fill first")
 		}
 	}
+	var stopProfile func()
+	if r.o.Profile != nil {
+		stopProfile = r.o.Profile(res.Name)
+	}
 	d0, u0, t0 := diskWriteBytes(), getUsage(), time.Now()
 	var err error
 	switch name {
@@ -268,6 +277,9 @@ func (r *runner) run(name string) (Result, error) {
 		return res, err
 	}
 	elapsed := time.Since(t0)
+	if stopProfile != nil {
+		stopProfile()
+	}
 	d1, u1 := diskWriteBytes(), getUsage()
 	res.Seconds = elapsed.Seconds()
 	res.OpsSec = float64(res.Ops) / res.Seconds

@@ -16,6 +16,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,6 +42,9 @@ func main() {
 	flag.Int64Var(&def.BadgerValueThreshold, "badger-value-threshold", 0, "Badger ValueThreshold (0: Badger's default)")
 	flag.IntVar(&def.PebbleValueSepMin, "pebble-value-sep-min", 0, "Pebble value separation for values >= this size (0: off)")
 	flag.Int64Var(&def.CairnMinBlobSize, "cairn-min-blob-size", 0, "cairn lsm.Options.MinBlobSize (0: engine default; needs an engine that has the field)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the benchmark(s) named by --profile-benchmark to this file")
+	memProfile := flag.String("memprofile", "", "write an allocation profile taken after the benchmark(s) named by --profile-benchmark to this file")
+	profBench := flag.String("profile-benchmark", "readrandom", "benchmark name(s) to profile, comma-separated (a name after compact ends in @compacted)")
 	flag.Parse()
 
 	if *seed == 0 {
@@ -62,6 +68,7 @@ func main() {
 	rep, err := dbbench.Run(dbbench.Options{
 		Engine: *engine, Dir: dir, Num: *num, Reads: *reads, SyncNum: *syncNum, ValueSize: *valueSize,
 		Benchmarks: strings.Split(*benchmarks, ","), Config: def, Seed: *seed, Log: log,
+		Profile: profiler(*cpuProfile, *memProfile, strings.Split(*profBench, ",")),
 	})
 	if err != nil {
 		os.RemoveAll(dir)
@@ -73,6 +80,50 @@ func main() {
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
 			fail(err)
+		}
+	}
+}
+
+// profiler returns dbbench.Options.Profile for --cpuprofile and
+// --memprofile: one CPU profile over every named benchmark, and an
+// allocation profile written after the last of them.
+func profiler(cpuFile, memFile string, names []string) func(string) func() {
+	if cpuFile == "" && memFile == "" {
+		return nil
+	}
+	var cpu *os.File
+	return func(name string) func() {
+		if !slices.Contains(names, name) {
+			return nil
+		}
+		if cpuFile != "" {
+			var err error
+			if cpu == nil {
+				if cpu, err = os.Create(cpuFile); err != nil {
+					fail(err)
+				}
+			}
+			if err := pprof.StartCPUProfile(cpu); err != nil {
+				fail(err)
+			}
+		}
+		if memFile != "" {
+			runtime.MemProfileRate = 4096
+		}
+		return func() {
+			if cpuFile != "" {
+				pprof.StopCPUProfile()
+			}
+			if memFile != "" {
+				f, err := os.Create(memFile)
+				if err != nil {
+					fail(err)
+				}
+				if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+					fail(err)
+				}
+				f.Close()
+			}
 		}
 	}
 }
