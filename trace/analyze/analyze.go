@@ -27,7 +27,8 @@ type Options struct {
 	// Warmup is the number of leading simulated accesses that fill the
 	// simulated caches without being counted in their miss ratios.
 	Warmup int64
-	// Top is the number of most accessed blocks to report (default 10).
+	// Top is the number of most accessed blocks to report (0: 10,
+	// negative: none).
 	Top int
 }
 
@@ -171,8 +172,8 @@ func New(opts Options) (*Analyzer, error) {
 	if opts.Top == 0 {
 		opts.Top = 10
 	}
-	if opts.EntryOverhead < 0 || opts.Warmup < 0 || opts.Top < 0 {
-		return nil, errors.New("analyze: negative entry overhead, warm-up or top")
+	if opts.EntryOverhead < 0 || opts.Warmup < 0 {
+		return nil, errors.New("analyze: negative entry overhead or warm-up")
 	}
 	sizes := slices.Clone(opts.Sizes)
 	slices.Sort(sizes)
@@ -291,7 +292,7 @@ func (a *Analyzer) Result() *Result {
 	}
 	sort.SliceStable(top, func(i, j int) bool { return a.blocks[top[i]].accesses > a.blocks[top[j]].accesses })
 	st.Top = nil
-	for _, id := range top[:min(len(top), a.opts.Top)] {
+	for _, id := range top[:min(len(top), max(a.opts.Top, 0))] {
 		b := a.blocks[id]
 		st.Top = append(st.Top, BlockCount{Key: []byte(b.key), Type: b.typ, Level: b.level, FileNumber: b.file, Size: b.size, Accesses: b.accesses})
 	}
