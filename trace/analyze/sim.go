@@ -135,15 +135,15 @@ func (c *lru) evict() {
 	}
 }
 
-// fifo is a growable ring of ids.
-type fifo struct {
-	buf        []int32
+// fifo is a growable ring.
+type fifo[T any] struct {
+	buf        []T
 	head, size int
 }
 
-func (q *fifo) push(id int32) {
+func (q *fifo[T]) push(id T) {
 	if q.size == len(q.buf) {
-		nb := make([]int32, max(2*len(q.buf), 64))
+		nb := make([]T, max(2*len(q.buf), 64))
 		for i := 0; i < q.size; i++ {
 			nb[i] = q.buf[(q.head+i)%len(q.buf)]
 		}
@@ -153,7 +153,7 @@ func (q *fifo) push(id int32) {
 	q.size++
 }
 
-func (q *fifo) pop() int32 {
+func (q *fifo[T]) pop() T {
 	id := q.buf[q.head]
 	q.head = (q.head + 1) % len(q.buf)
 	q.size--
@@ -163,7 +163,7 @@ func (q *fifo) pop() int32 {
 // clock is CLOCK (second chance) kept as a FIFO of the cached ids.
 type clock struct {
 	capacity, used int64
-	q              fifo
+	q              fifo[int32]
 	charge         []int64 // 0 if not cached
 	ref            []bool
 }
@@ -222,14 +222,13 @@ type ghostEntry struct {
 type s3fifo struct {
 	capacity, smallCap, mainCap int64
 	smallUsed, mainUsed         int64
-	small, main                 fifo
+	small, main                 fifo[int32]
 	where                       []uint8
 	freq                        []uint8
 	charge                      []int64
-	// ghost queue: entries in FIFO order from ghostHead; ghostSeq[id] is
-	// the seq of the id's current entry, 0 if it has none.
-	ghost       []ghostEntry
-	ghostHead   int
+	// ghost queue, oldest first; ghostSeq[id] is the seq of the id's
+	// current entry, 0 if it has none.
+	ghost       fifo[ghostEntry]
 	ghostUsed   int64
 	ghostSeq    []uint32
 	ghostCharge []int64 // charge remembered by id's current ghost entry
@@ -326,19 +325,24 @@ func (c *s3fifo) addGhost(id int32, charge int64) {
 		c.nextSeq = 1
 	}
 	c.ghostSeq[id], c.ghostCharge[id] = c.nextSeq, charge
-	c.ghost = append(c.ghost, ghostEntry{id: id, seq: c.nextSeq})
+	c.ghost.push(ghostEntry{id: id, seq: c.nextSeq})
 	c.ghostUsed += charge
-	for c.ghostUsed > c.mainCap && c.ghostHead < len(c.ghost) {
-		e := c.ghost[c.ghostHead]
-		c.ghostHead++
+	for c.ghostUsed > c.mainCap && c.ghost.size > 0 {
+		e := c.ghost.pop()
 		if c.ghostSeq[e.id] == e.seq {
 			c.ghostSeq[e.id] = 0
 			c.ghostUsed -= c.ghostCharge[e.id]
 		}
 	}
-	// Drop the consumed prefix once it is most of the slice.
-	if c.ghostHead > 1024 && c.ghostHead > len(c.ghost)/2 {
-		n := copy(c.ghost, c.ghost[c.ghostHead:])
-		c.ghost, c.ghostHead = c.ghost[:n], 0
+	// Stale entries (ids that left the ghost queue for the main one) are
+	// dropped when they reach the head; a queue mostly stale is rebuilt.
+	if c.ghost.size > 1024 && c.ghost.size > 4*len(c.ghostSeq) {
+		var q fifo[ghostEntry]
+		for c.ghost.size > 0 {
+			if e := c.ghost.pop(); c.ghostSeq[e.id] == e.seq {
+				q.push(e)
+			}
+		}
+		c.ghost = q
 	}
 }

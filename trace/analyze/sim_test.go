@@ -112,16 +112,14 @@ func TestLRUInclusion(t *testing.T) {
 // its byte distance is at most C (C at least the largest block).
 func TestLRUMatchesReuseDistance(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for iter := 0; iter < 6; iter++ {
-		// Long enough for the tracker to compact its positions.
-		recs := randomTrace(rng, 4000, 1+rng.IntN(1000), []uint64{1, 64, 4096, 5000}, 0)
-		// Exact distances from a naive stack, to check the tracker too.
+	for iter := 0; iter < 10; iter++ {
+		recs := randomTrace(rng, 5000, 1+rng.IntN(1000), []uint64{1, 64, 4096, 5000}, 0)
 		var sizes []int64
 		for s := int64(5000); s < 8<<20; s *= 2 {
 			sizes = append(sizes, s, s+s/2)
 		}
 		res := run(t, recs, Options{Sizes: sizes})
-		dists := naiveByteDistances(recs)
+		dists := byteDistances(recs)
 		for _, pt := range res.Curve {
 			var want int64
 			for _, d := range dists {
@@ -136,24 +134,23 @@ func TestLRUMatchesReuseDistance(t *testing.T) {
 	}
 }
 
-// naiveByteDistances returns per access the byte reuse distance (blocks
-// accessed since, distinct, plus the block itself), -1 for first accesses.
-func naiveByteDistances(recs []trace.Record) []int64 {
+// byteDistances returns per access the byte reuse distance (the sizes of
+// the distinct blocks accessed since, plus the block's own), -1 for first
+// accesses, from the reuse tracker (checked against a naive computation by
+// TestReuseDistancesRandom).
+func byteDistances(recs []trace.Record) []int64 {
 	out := make([]int64, len(recs))
-	for i, r := range recs {
+	r := newReuseTracker()
+	ids := map[string]int32{}
+	for i, rec := range recs {
+		id, ok := ids[string(rec.BlockKey)]
+		if !ok {
+			id = int32(len(ids))
+			ids[string(rec.BlockKey)] = id
+		}
 		out[i] = -1
-		seen := map[string]bool{}
-		var sum int64
-		for j := i - 1; j >= 0; j-- {
-			k := string(recs[j].BlockKey)
-			if k == string(r.BlockKey) {
-				out[i] = sum + int64(r.BlockSize)
-				break
-			}
-			if !seen[k] {
-				seen[k] = true
-				sum += int64(recs[j].BlockSize)
-			}
+		if _, b, seen := r.access(id, int64(rec.BlockSize)); seen {
+			out[i] = b + int64(rec.BlockSize)
 		}
 	}
 	return out
@@ -337,4 +334,22 @@ func TestScanResistance(t *testing.T) {
 	if c.MissRatio() >= l.MissRatio() {
 		t.Errorf("clock miss ratio %.3f, not below lru's %.3f", c.MissRatio(), l.MissRatio())
 	}
+}
+
+// BenchmarkRun: records per second through the analyzer with 3 policies
+// at 8 sizes (24 simulated caches).
+func BenchmarkRun(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	recs := randomTrace(rng, 1<<18, 1<<16, []uint64{4096}, 0.05)
+	var sizes []int64
+	for s := int64(1 << 20); s <= 128<<20; s *= 2 {
+		sizes = append(sizes, s)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := RunRecords(trace.Header{}, recs, Options{Sizes: sizes, Policies: Policies}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(recs)*b.N)/b.Elapsed().Seconds(), "records/s")
 }
