@@ -145,7 +145,7 @@ func FuzzReader(f *testing.F) {
 					}
 					break
 				}
-								var w Writer
+				var w Writer
 				w.WriteRecord(&rec)
 				if _, err := decodePayload(w.buf[recordHdrLen:]); err != nil {
 					t.Fatalf("re-encoded record does not decode: %v", err)
