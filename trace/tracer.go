@@ -223,3 +223,15 @@ func (a *Access) Fill(r *Record) {
 // DefaultCFName is the column family name of cairn's records: the engine
 // has one keyspace, recorded as RocksDB's default column family (id 0).
 const DefaultCFName = "default"
+
+// AtLevel returns a copy of a for another level; nil stays nil. An
+// operation that reads several levels at once (an iterator) gives each its
+// own Access.
+func (a *Access) AtLevel(level int) *Access {
+	if a == nil {
+		return nil
+	}
+	c := *a
+	c.Level = int32(level)
+	return &c
+}
