@@ -53,6 +53,11 @@ type Record struct {
 	FileNumber      uint64
 	CacheHit        bool
 	NoInsert        bool
+	// Pinned marks an access to a block the table reader holds in memory
+	// (cairn pins every table's index, filter and range-deletion blocks
+	// at open): the block never enters the block cache, so a cache
+	// simulator skips these records. See the package doc.
+	Pinned bool
 
 	GetID            uint64
 	FromUserSnapshot bool
