@@ -38,10 +38,9 @@ policies would have done (a miss-ratio curve).`,
 	return cmd
 }
 
-// openTraceFile opens a trace file, binary or human-readable.
-var openTraceFile = func(path string) (trace.RecordReader, error) {
-	return nil, errors.New("this build of cairn cannot read trace files yet (package trace has no OpenFile)")
-}
+// openTraceFile opens a trace file, binary or human-readable (a variable
+// for tests).
+var openTraceFile = trace.OpenFile
 
 // defaultTraceTypes are the block types simulated by default: those of the
 // engine's block cache (blob records have a cache of their own).
@@ -60,7 +59,7 @@ func newTraceAnalyzeCmd(g *globals) *cobra.Command {
 	c := &traceAnalyzeConfig{}
 	var typeNames []string
 	for _, t := range defaultTraceTypes {
-		typeNames = append(typeNames, analyze.TypeName(t))
+		typeNames = append(typeNames, t.String())
 	}
 	cmd := &cobra.Command{
 		Use:   "analyze FILE",
@@ -97,7 +96,7 @@ distinct blocks to twice that (which reads the file twice).`,
 	f := cmd.Flags()
 	f.StringVar(&c.sizes, "sizes", "", "comma-separated simulated cache sizes, e.g. 8MiB,32MiB,128MiB (default: derived from the trace)")
 	f.StringVar(&c.policies, "policies", "lru,clock,s3fifo", "comma-separated simulated policies: lru, clock, s3fifo")
-	f.StringVar(&c.types, "types", strings.Join(typeNames, ","), "comma-separated block types the simulated caches see (data, index, filter, range-del, dict, blob), or all")
+	f.StringVar(&c.types, "types", strings.Join(typeNames, ","), "comma-separated block types the simulated caches see (data, index, filter, range-del, uncompression-dict, blob), or all")
 	f.StringVar(&c.plot, "plot", "", "write the miss-ratio curve as a PNG plot to this file")
 	f.StringVar(&c.csv, "csv", "", "write the miss-ratio curve as CSV to this file (- for stdout)")
 	f.StringVar(&c.liveSize, "live-cache-size", "", "the traced node's block-cache size, marked on the plot, e.g. 64MiB")
@@ -124,9 +123,9 @@ func runTraceAnalyze(g *globals, c *traceAnalyzeConfig, path string) error {
 			if s = strings.TrimSpace(s); s == "" {
 				continue
 			}
-			t, err := analyze.ParseType(s)
+			t, err := trace.ParseBlockType(s)
 			if err != nil {
-				return usageError{err}
+				return usagef("--types: %v (want data, index, filter, range-del, uncompression-dict or blob)", err)
 			}
 			opts.Types = append(opts.Types, t)
 		}
@@ -315,10 +314,10 @@ func writeTraceJSON(w io.Writer, res *analyze.Result) error {
 		Curve: []pointJSON{},
 	}
 	for t, c := range st.ByType {
-		out.ByType[analyze.TypeName(t)] = counterJSON{c.Accesses, c.Misses}
+		out.ByType[t.String()] = counterJSON{c.Accesses, c.Misses}
 	}
 	for k, c := range st.ByCaller {
-		out.ByCaller[analyze.CallerName(k)] = counterJSON{c.Accesses, c.Misses}
+		out.ByCaller[k.String()] = counterJSON{c.Accesses, c.Misses}
 	}
 	for l, c := range st.ByLevel {
 		out.ByLevel[fmt.Sprint(l)] = counterJSON{c.Accesses, c.Misses}

@@ -93,8 +93,13 @@ func (h *Histogram) Total() int64 {
 // Stats describe the accesses of a trace.
 type Stats struct {
 	Header trace.Header
-	// Total counts every record; misses are the live cache's.
+	// Total counts the cache lookups (every record but the Pinned ones);
+	// misses are the live cache's.
 	Total Counter
+	// Pinned counts, per block type, the Pinned records: blocks a table
+	// reader read at open and holds itself, outside the cache. They are
+	// in no other statistic and the simulated caches do not see them.
+	Pinned map[trace.BlockType]*Counter
 	// Per block type, caller and level (-1: unknown level).
 	ByType   map[trace.BlockType]*Counter
 	ByCaller map[trace.Caller]*Counter
@@ -188,6 +193,7 @@ func New(opts Options) (*Analyzer, error) {
 			ByLevel:  map[int32]*Counter{},
 		},
 	}
+	a.stats.Pinned = map[trace.BlockType]*Counter{}
 	for _, t := range opts.Types {
 		a.types[t] = true
 	}
@@ -223,6 +229,10 @@ func count[K comparable](m map[K]*Counter, k K, miss bool) {
 func (a *Analyzer) Add(r *trace.Record) error {
 	st := &a.stats
 	miss := !r.CacheHit
+	if r.Pinned {
+		count(st.Pinned, r.Type, miss)
+		return nil
+	}
 	st.Total.Accesses++
 	if miss {
 		st.Total.Misses++
@@ -297,6 +307,7 @@ func (a *Analyzer) Result() *Result {
 		st.Top = append(st.Top, BlockCount{Key: []byte(b.key), Type: b.typ, Level: b.level, FileNumber: b.file, Size: b.size, Accesses: b.accesses})
 	}
 	st.ByType = cloneCounters(st.ByType)
+	st.Pinned = cloneCounters(st.Pinned)
 	st.ByCaller = cloneCounters(st.ByCaller)
 	st.ByLevel = cloneCounters(st.ByLevel)
 	st.ReuseBlocks.Buckets = slices.Clone(st.ReuseBlocks.Buckets)

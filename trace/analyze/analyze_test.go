@@ -96,7 +96,14 @@ func TestStats(t *testing.T) {
 		mk("c", trace.BlockFilter, trace.CallerMultiGet, 1, true, 15),
 		mk("d", trace.BlockBlob, trace.CallerGet, -1, false, 16),
 	}
-	res := run(t, recs, Options{Top: 2})
+	// A pinned block read at table open is not a cache lookup.
+	pinned := mk("p", trace.BlockIndex, trace.CallerFlush, -1, false, 12)
+	pinned.Pinned, pinned.NoInsert = true, true
+	recs = append(recs[:3], append([]trace.Record{pinned}, recs[3:]...)...)
+	res := run(t, recs, Options{Top: 2, Sizes: []int64{1000}})
+	if pt := res.Curve[0]; pt.Accesses != 7 {
+		t.Errorf("the simulated cache saw %d accesses, want 7 (not the pinned one)", pt.Accesses)
+	}
 	st := res.Stats
 	if st.Total != (Counter{7, 4}) {
 		t.Errorf("total %+v", st.Total)
@@ -116,6 +123,10 @@ func TestStats(t *testing.T) {
 	check("L0", st.ByLevel[0], Counter{3, 1})
 	check("L1", st.ByLevel[1], Counter{3, 2})
 	check("unknown level", st.ByLevel[-1], Counter{1, 1})
+	check("pinned index", st.Pinned[trace.BlockIndex], Counter{1, 1})
+	if len(st.Pinned) != 1 || st.ByCaller[trace.CallerFlush] != nil {
+		t.Errorf("pinned records counted as lookups: %+v %+v", st.Pinned, st.ByCaller)
+	}
 	if st.UniqueBlocks != 4 || st.UniqueBytes != 400 || st.AccessedOnce != 2 || st.Cold != 4 {
 		t.Errorf("unique %d (%d bytes), once %d, cold %d", st.UniqueBlocks, st.UniqueBytes, st.AccessedOnce, st.Cold)
 	}
@@ -133,7 +144,7 @@ func TestStats(t *testing.T) {
 	if err := WriteReport(&out, res); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"By block type", "By caller", "By level", "Top 2 blocks", "Reuse distance", "accessed once 2", "compaction", "filter"} {
+	for _, s := range []string{"By block type", "By caller", "By level", "Top 2 blocks", "Reuse distance", "accessed once 2", "compaction", "filter", "pinned blocks read at table open, outside the cache (not counted above): index 1"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("report lacks %q:\n%s", s, out.String())
 		}

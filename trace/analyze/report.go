@@ -12,54 +12,6 @@ import (
 	"github.com/cairnkv/cairn/trace"
 )
 
-// TypeName returns a block type's short name.
-func TypeName(t trace.BlockType) string {
-	switch t {
-	case trace.BlockData:
-		return "data"
-	case trace.BlockIndex:
-		return "index"
-	case trace.BlockFilter:
-		return "filter"
-	case trace.BlockRangeDel:
-		return "range-del"
-	case trace.BlockUncompressionDict:
-		return "dict"
-	case trace.BlockBlob:
-		return "blob"
-	}
-	return fmt.Sprintf("type(%d)", t)
-}
-
-// ParseType parses a block type's short name (as TypeName writes it).
-func ParseType(s string) (trace.BlockType, error) {
-	for t := trace.BlockData; t <= trace.BlockBlob; t++ {
-		if TypeName(t) == s {
-			return t, nil
-		}
-	}
-	return 0, fmt.Errorf("unknown block type %q (want data, index, filter, range-del, dict or blob)", s)
-}
-
-// CallerName returns a caller's short name.
-func CallerName(c trace.Caller) string {
-	switch c {
-	case trace.CallerGet:
-		return "get"
-	case trace.CallerMultiGet:
-		return "multiget"
-	case trace.CallerIterator:
-		return "iterator"
-	case trace.CallerCompaction:
-		return "compaction"
-	case trace.CallerFlush:
-		return "flush/prefetch"
-	case trace.CallerUnknown:
-		return "unknown"
-	}
-	return fmt.Sprintf("caller(%d)", c)
-}
-
 // FormatBytes writes n bytes with a binary unit (4KiB, 1.5MiB).
 func FormatBytes(n int64) string {
 	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
@@ -93,6 +45,13 @@ func WriteReport(w io.Writer, res *Result) error {
 	}
 	fmt.Fprintf(&b, "  distinct blocks %d (%s), accessed once %d (%s of blocks)\n",
 		st.UniqueBlocks, FormatBytes(st.UniqueBytes), st.AccessedOnce, pct(st.AccessedOnce, st.UniqueBlocks))
+	if len(st.Pinned) > 0 {
+		var parts []string
+		for _, k := range sortedKeys(st.Pinned) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, st.Pinned[k].Accesses))
+		}
+		fmt.Fprintf(&b, "  pinned blocks read at table open, outside the cache (not counted above): %s\n", strings.Join(parts, ", "))
+	}
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	group := func(title string, keys []string, cs []*Counter) {
@@ -109,7 +68,7 @@ func WriteReport(w io.Writer, res *Result) error {
 		var names []string
 		var cs []*Counter
 		for _, k := range ks {
-			names, cs = append(names, TypeName(k)), append(cs, st.ByType[k])
+			names, cs = append(names, k.String()), append(cs, st.ByType[k])
 		}
 		group("By block type", names, cs)
 	}
@@ -118,7 +77,7 @@ func WriteReport(w io.Writer, res *Result) error {
 		var names []string
 		var cs []*Counter
 		for _, k := range ks {
-			names, cs = append(names, CallerName(k)), append(cs, st.ByCaller[k])
+			names, cs = append(names, k.String()), append(cs, st.ByCaller[k])
 		}
 		group("By caller", names, cs)
 	}
@@ -144,7 +103,7 @@ func WriteReport(w io.Writer, res *Result) error {
 			if len(k) > 48 {
 				k = k[:48] + "..."
 			}
-			fmt.Fprintf(tw, "\t%d\t%s\tL%d\t%d\t%s\t %s\n", t.Accesses, TypeName(t.Type), t.Level, t.FileNumber, FormatBytes(int64(t.Size)), k)
+			fmt.Fprintf(tw, "\t%d\t%s\tL%d\t%d\t%s\t %s\n", t.Accesses, t.Type.String(), t.Level, t.FileNumber, FormatBytes(int64(t.Size)), k)
 		}
 		tw.Flush()
 	}
