@@ -16,10 +16,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// traceSubcommands are the `trace` subcommands other files add (in an
-// init function), besides analyze.
-var traceSubcommands []func(*globals) *cobra.Command
-
 func newTraceCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "trace",
@@ -27,14 +23,12 @@ func newTraceCmd(g *globals) *cobra.Command {
 		Long: `Trace a node's block-cache accesses and analyze traces: which blocks the
 workload reads, how often the cache hits, and how caches of other sizes and
 policies would have done (a miss-ratio curve).`,
-		Example: `  cairn trace analyze node1.trace --sizes 8MiB,32MiB,128MiB --plot mrc.png`,
+		Example: `  cairn trace start --node 127.0.0.1:7379 --duration 60s --out node1.trace
+  cairn trace analyze node1.trace --sizes 8MiB,32MiB,128MiB --plot mrc.png`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE:    groupRunE,
 	}
-	cmd.AddCommand(newTraceAnalyzeCmd(g))
-	for _, f := range traceSubcommands {
-		cmd.AddCommand(f(g))
-	}
+	cmd.AddCommand(newTraceStartCmd(g), newTraceAnalyzeCmd(g))
 	return cmd
 }
 
