@@ -25,8 +25,8 @@ workload reads, how often the cache hits, and how caches of other sizes and
 policies would have done (a miss-ratio curve).`,
 		Example: `  cairn trace start --node 127.0.0.1:7379 --duration 60s --out node1.trace
   cairn trace analyze node1.trace --sizes 8MiB,32MiB,128MiB --plot mrc.png`,
-		Args:    usageArgs(cobra.NoArgs),
-		RunE:    groupRunE,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: groupRunE,
 	}
 	cmd.AddCommand(newTraceStartCmd(g), newTraceAnalyzeCmd(g))
 	return cmd
