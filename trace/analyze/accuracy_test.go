@@ -17,16 +17,16 @@ import (
 // replayed through the LRU simulator at the engine's block-cache size,
 // gives the miss ratio the engine's cache measured during the run, within
 // 2 percentage points. The workload reads, with a skew, a DB about five
-// times the cache (random 200-byte values, so blocks do not compress).
+// times the cache (three with -short or -race; random 200-byte values, so
+// blocks do not compress).
 func TestSimulatorMatchesEngine(t *testing.T) {
 	const (
 		cacheSize = 2 << 20
-		keys      = 50000
 		valueSize = 200
 	)
-	reads := 150000
-	if testing.Short() {
-		reads = 60000
+	keys, reads := 50000, 150000 // a DB of ~11 MiB
+	if testing.Short() || raceEnabled {
+		keys, reads = 30000, 50000
 	}
 	dir := t.TempDir()
 	key := func(i int) []byte { return fmt.Appendf(nil, "key%08d", i) }
@@ -70,7 +70,7 @@ func TestSimulatorMatchesEngine(t *testing.T) {
 	// Zipf-skewed reads over a random permutation of the keys, so the
 	// hot keys are spread over the blocks.
 	perm := rng.Perm(keys)
-	z := rand.NewZipf(rng, 1.1, 8, keys-1)
+	z := rand.NewZipf(rng, 1.1, 8, uint64(keys-1))
 	var buf bytes.Buffer
 	before := c.Metrics()
 	if err := db.StartTrace(trace.Options{}, &buf); err != nil {
