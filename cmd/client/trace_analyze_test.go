@@ -135,3 +135,48 @@ func TestTraceAnalyzeCLIErrors(t *testing.T) {
 		}
 	}
 }
+
+// A real trace file, binary and human-readable, through trace.OpenFile;
+// a truncated one fails with a clear error.
+func TestTraceAnalyzeFile(t *testing.T) {
+	dir := t.TempDir()
+	recs := cyclicTrace(64, 4)
+	var bin, human bytes.Buffer
+	bw, hw := trace.NewWriter(&bin), trace.NewHumanWriter(&human)
+	if err := bw.WriteHeader(trace.Header{MajorVersion: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := hw.WriteHeader(trace.Header{MajorVersion: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range recs {
+		if err := bw.WriteRecord(&recs[i]); err != nil {
+			t.Fatal(err)
+		}
+		if err := hw.WriteRecord(&recs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := hw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"bin.trace": bin.Bytes(), "human.csv": human.Bytes(), "cut.trace": bin.Bytes()[:bin.Len()-7]}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"bin.trace", "human.csv"} {
+		code, out, errs := runTraceCLI("trace", "analyze", filepath.Join(dir, name), "--sizes", "256KiB", "--entry-overhead", "0", "--policies", "lru")
+		if code != 0 || !strings.Contains(out, "accesses 256") || !strings.Contains(out, "25.00%") {
+			t.Errorf("%s: exit %d, stderr %s\n%s", name, code, errs, out)
+		}
+	}
+	code, _, errs := runTraceCLI("trace", "analyze", filepath.Join(dir, "cut.trace"), "--sizes", "256KiB")
+	if code != exitError || !strings.Contains(errs, "corrupt") {
+		t.Errorf("truncated trace: exit %d, stderr %q", code, errs)
+	}
+}
