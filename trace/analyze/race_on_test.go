@@ -3,5 +3,5 @@
 package analyze_test
 
 // raceEnabled: the race detector slows the engine several times; the
-// accuracy test runs a smaller workload.
+// accuracy test skips.
 const raceEnabled = true
