@@ -22,7 +22,10 @@ import (
 // While a trace runs, the Get's block and blob cache lookups are recorded
 // under a new get id; otherwise the only cost is the tracer's atomic load.
 func (d *DB) get(key []byte, snap base.SeqNum) ([]byte, error) {
-	acc := d.tracer.NewAccess(trace.CallerGet, 0, snap != 0)
+	var acc *trace.Access
+	if traceHooks {
+		acc = d.tracer.NewAccess(trace.CallerGet, 0, snap != 0)
+	}
 	if acc == nil {
 		return d.getAccess(key, snap, d.resolveGet, nil)
 	}

@@ -122,6 +122,13 @@ func TestTraceRecordsCacheLookups(t *testing.T) {
 	if h.MajorVersion != trace.MajorVersion || h.MinorVersion != trace.MinorVersion {
 		t.Fatalf("header %+v", h)
 	}
+	last := h.StartTimestamp
+	for _, r := range recs {
+		if r.AccessTimestamp < last {
+			t.Fatalf("timestamp %d after %d", r.AccessTimestamp, last)
+		}
+		last = r.AccessTimestamp
+	}
 	var dataHits, dataMisses, blobHits, blobMisses int64
 	pinned := map[trace.BlockType]int{}
 	byCaller := map[trace.Caller]int{}

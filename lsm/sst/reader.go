@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/cairnkv/cairn/lsm/cache"
 	"github.com/cairnkv/cairn/lsm/filter"
@@ -50,6 +51,9 @@ type Reader struct {
 	// tombstones alias the pinned range deletion block.
 	tombstones []base.RangeTombstone
 	props      Properties
+	// restartInterval is the table's data-block restart interval, learnt
+	// from the first data block a trace counts the keys of (0: not yet).
+	restartInterval atomic.Int64
 }
 
 // NewReader opens the table in f, whose size it takes from f.Stat. On

@@ -72,7 +72,7 @@ func (r *Reader) traceGet(acc *trace.Access, off uint64, block []byte, hit bool,
 	if exists {
 		rec.ReferencedDataSize = uint64(entrySize)
 	}
-	rec.NumKeysInBlock = numEntries(block)
+	rec.NumKeysInBlock = r.numEntries(block)
 	t.WriteBlockAccess(&rec)
 }
 
@@ -90,19 +90,21 @@ func (r *Reader) dataRecord(acc *trace.Access, kb []byte, off uint64, block []by
 }
 
 // numEntries counts the entries of a verified data block. The writer puts
-// a restart point every restartInterval entries, so every run but the
-// last has the length of the first: count the first and the last runs.
-func numEntries(block []byte) uint64 {
+// a restart point every restartInterval entries, so every run but the last
+// has the length of the first: the interval (learnt once per table, from
+// the first run of a block with several) times the full runs, plus the
+// last run, counted.
+func (r *Reader) numEntries(block []byte) uint64 {
 	var it blockIter
 	if it.init(block) != nil || it.numRestarts == 0 {
 		return 0
 	}
-	countRun := func(r int) uint64 {
+	countRun := func(run int) uint64 {
 		end := it.restartsOff
-		if r+1 < it.numRestarts {
-			end = int(binary.LittleEndian.Uint32(block[it.restartsOff+4*(r+1):]))
+		if run+1 < it.numRestarts {
+			end = int(binary.LittleEndian.Uint32(block[it.restartsOff+4*(run+1):]))
 		}
-		if !it.seekToRestart(r) {
+		if !it.seekToRestart(run) {
 			return 0
 		}
 		n := uint64(1)
@@ -119,5 +121,10 @@ func numEntries(block []byte) uint64 {
 	if it.numRestarts == 1 {
 		return last
 	}
-	return uint64(it.numRestarts-1)*countRun(0) + last
+	interval := uint64(r.restartInterval.Load())
+	if interval == 0 {
+		interval = countRun(0)
+		r.restartInterval.Store(int64(interval))
+	}
+	return uint64(it.numRestarts-1)*interval + last
 }
