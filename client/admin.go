@@ -2,6 +2,10 @@ package client
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 )
@@ -157,4 +161,64 @@ func (c *Client) Snapshot(ctx context.Context, opts ...Option) (index, term uint
 		return err
 	})
 	return index, term, err
+}
+
+// TraceOptions configure Trace.
+type TraceOptions struct {
+	// Duration is how long the node traces (required, at most 24 hours).
+	Duration time.Duration
+	// SamplingFrequency traces 1 in N blocks (0 or 1: every access).
+	SamplingFrequency uint64
+	// MaxSizeBytes stops the trace before the file exceeds it (0: the
+	// node's limit, 1 GiB).
+	MaxSizeBytes int64
+}
+
+// Trace records the block-cache accesses of the node at addr (a gRPC
+// address) for o.Duration and writes the binary trace file (package trace;
+// `cairn trace analyze` reads it) to w as the node streams it. It returns
+// the bytes written. A trace already running on the node fails with
+// ErrFailedPrecondition. The call is never retried once bytes are written;
+// on an error after that, w holds a prefix of the trace.
+func (c *Client) Trace(ctx context.Context, addr string, o TraceOptions, w io.Writer) (int64, error) {
+	const op = "trace"
+	if addr == "" {
+		return 0, newError(op, errors.New("trace needs a node address"), 0)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.Duration+c.cfg.RequestTimeout)
+		defer cancel()
+	}
+	var written int64
+	err := c.do(ctx, op, toAny, addr, func(ctx context.Context, nc *nodeConn) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stream, err := nc.cluster.Trace(ctx, &cairnpb.TraceRequest{
+			DurationMs:        o.Duration.Milliseconds(),
+			SamplingFrequency: o.SamplingFrequency,
+			MaxSizeBytes:      o.MaxSizeBytes,
+		})
+		if err != nil {
+			return err
+		}
+		for {
+			msg, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				if written > 0 {
+					return permanent{err}
+				}
+				return err
+			}
+			n, werr := w.Write(msg.GetData())
+			written += int64(n)
+			if werr != nil {
+				return permanent{fmt.Errorf("writing the trace: %w", werr)}
+			}
+		}
+	})
+	return written, err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cairnkv/cairn/lsm/sst"
 	"github.com/cairnkv/cairn/lsm/version"
 	"github.com/cairnkv/cairn/lsm/vfs"
+	"github.com/cairnkv/cairn/trace"
 )
 
 // blobStore is the DB's side of key-value separation (lsm/blob): the blob
@@ -90,6 +91,12 @@ func (d *DB) evictBlobFile(n base.FileNum) {
 // reader, reads and verifies the record into cache memory and inserts it.
 // ra, if not nil, is an iterator's readahead state.
 func (d *DB) blobValue(v *version.Version, ukey, idx []byte, ra *blobReadahead) (blob.Handle, error) {
+	return d.blobValueTraced(v, ukey, idx, ra, nil)
+}
+
+// blobValueTraced is blobValue tracing the cache lookup as acc's (nil: not
+// traced).
+func (d *DB) blobValueTraced(v *version.Version, ukey, idx []byte, ra *blobReadahead, acc *trace.Access) (blob.Handle, error) {
 	x, err := blob.DecodeIndex(idx)
 	if err != nil {
 		return blob.Handle{}, fmt.Errorf("lsm: key %q: %w", truncateKey(ukey), err)
@@ -105,7 +112,11 @@ func (d *DB) blobValue(v *version.Version, ukey, idx []byte, ra *blobReadahead) 
 		}
 		defer release()
 	}
-	if h, ok := b.cache.Get(b.cacheID, x.FileNum, x.Offset); ok {
+	h, ok := b.cache.Get(b.cacheID, x.FileNum, x.Offset)
+	if acc != nil {
+		d.traceBlob(acc, ukey, x, ok)
+	}
+	if ok {
 		// The record was verified when it entered the cache; check that it
 		// is the one the index means (a damaged index could name another
 		// key's record).

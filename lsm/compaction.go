@@ -9,6 +9,7 @@ import (
 	"github.com/cairnkv/cairn/lsm/internal/rangedel"
 	"github.com/cairnkv/cairn/lsm/sst"
 	"github.com/cairnkv/cairn/lsm/version"
+	"github.com/cairnkv/cairn/trace"
 )
 
 // maybeScheduleCompactionLocked starts the compaction goroutine when a
@@ -208,11 +209,11 @@ func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blo
 			rawTombs = append(rawTombs, r.RangeTombstones()...)
 			bytesRead += int64(f.Size)
 			if level == 0 {
-				iters = append(iters, r.NewIter())
+				iters = append(iters, r.NewIterTraced(nil, nil, d.tracer.NewAccess(trace.CallerCompaction, 0, false)))
 			}
 		}
 		if level > 0 && len(in) > 0 {
-			iters = append(iters, newLevelIter(d.tables, in))
+			iters = append(iters, newLevelIterTraced(d.tables, in, d.tracer.NewAccess(trace.CallerCompaction, int32(level), false)))
 		}
 	}
 	merged := newMergingIter(iters)

@@ -13,6 +13,7 @@ import (
 	"github.com/cairnkv/cairn/lsm/record"
 	"github.com/cairnkv/cairn/lsm/version"
 	"github.com/cairnkv/cairn/lsm/vfs"
+	"github.com/cairnkv/cairn/trace"
 )
 
 // Errors returned by the engine. Test for them with errors.Is.
@@ -40,6 +41,9 @@ type DB struct {
 	tables  *tableCache
 	blobs   blobStore
 	lock    io.Closer
+	// tracer records block-cache accesses between StartTrace and EndTrace
+	// (trace.go).
+	tracer trace.Tracer
 
 	// visibleSeq is the snapshot of the latest state: readers see writes
 	// with sequence numbers below it. Published by the commit leader after

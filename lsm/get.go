@@ -7,6 +7,7 @@ import (
 	"github.com/cairnkv/cairn/lsm/filter"
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/version"
+	"github.com/cairnkv/cairn/trace"
 )
 
 // get returns a copy of the newest value of key visible at snapshot snap
@@ -17,16 +18,35 @@ import (
 // file per deeper level whose bounds hold it, each behind its SST filter,
 // the bottom level included. The first point entry found is the newest; it
 // counts only if no range tombstone newer than it covers the key.
+//
+// While a trace runs, the Get's block and blob cache lookups are recorded
+// under a new get id; otherwise the only cost is the tracer's atomic load.
 func (d *DB) get(key []byte, snap base.SeqNum) ([]byte, error) {
-	return d.getWith(key, snap, d.resolveGet)
+	var acc *trace.Access
+	if traceHooks {
+		acc = d.tracer.NewAccess(trace.CallerGet, 0, snap != 0)
+	}
+	if acc == nil {
+		return d.getAccess(key, snap, d.resolveGet, nil)
+	}
+	return d.getAccess(key, snap, func(rs *readState, key, v []byte, kind base.Kind, seq, tombSeq base.SeqNum) ([]byte, error) {
+		return d.resolveGetAccess(rs, key, v, kind, seq, tombSeq, acc)
+	}, acc)
 }
 
 // getResolver turns the newest entry found for key into get's result. v
 // aliases the memtable or a table block: copy what is kept.
 type getResolver func(rs *readState, key, v []byte, kind base.Kind, seq, tombSeq base.SeqNum) ([]byte, error)
 
-// getWith is get with the last step (resolving the entry found) given.
+// getWith is get with the last step (resolving the entry found) given. Its
+// lookups are traced as a compaction's: its caller is blob GC.
 func (d *DB) getWith(key []byte, snap base.SeqNum, resolve getResolver) ([]byte, error) {
+	return d.getAccess(key, snap, resolve, d.tracer.NewAccess(trace.CallerCompaction, 0, false))
+}
+
+// getAccess is getWith whose table lookups are traced as acc's (nil: not
+// traced).
+func (d *DB) getAccess(key []byte, snap base.SeqNum, resolve getResolver, acc *trace.Access) ([]byte, error) {
 	if err := d.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -75,7 +95,7 @@ func (d *DB) getWith(key []byte, snap base.SeqNum, resolve getResolver) ([]byte,
 		if !fileHoldsUserKey(f, key) {
 			continue
 		}
-		if val, kind, seq, ok, err := d.tableGet(f, key, snap, h); err != nil {
+		if val, kind, seq, ok, err := d.tableGet(f, key, snap, h, acc, 0); err != nil {
 			return nil, err
 		} else if ok {
 			return resolve(rs, key, val, kind, seq, tombSeq)
@@ -86,7 +106,7 @@ func (d *DB) getWith(key []byte, snap base.SeqNum, resolve getResolver) ([]byte,
 		if f == nil {
 			continue
 		}
-		if val, kind, seq, ok, err := d.tableGet(f, key, snap, h); err != nil {
+		if val, kind, seq, ok, err := d.tableGet(f, key, snap, h, acc, level); err != nil {
 			return nil, err
 		} else if ok {
 			return resolve(rs, key, val, kind, seq, tombSeq)
@@ -126,6 +146,11 @@ func (d *DB) GetFunc(key []byte, fn func(value []byte) error) error {
 }
 
 func (d *DB) resolveGet(rs *readState, key, v []byte, kind base.Kind, seq, tombSeq base.SeqNum) ([]byte, error) {
+	return d.resolveGetAccess(rs, key, v, kind, seq, tombSeq, nil)
+}
+
+// resolveGetAccess is resolveGet tracing a blob cache lookup as acc's.
+func (d *DB) resolveGetAccess(rs *readState, key, v []byte, kind base.Kind, seq, tombSeq base.SeqNum, acc *trace.Access) ([]byte, error) {
 	if seq < tombSeq {
 		return nil, ErrNotFound
 	}
@@ -137,7 +162,7 @@ func (d *DB) resolveGet(rs *readState, key, v []byte, kind base.Kind, seq, tombS
 	case base.KindBlobIndex:
 		// Cache first (see blobValue); the value is copied once, from
 		// the cache's memory into the result.
-		h, err := d.blobValue(rs.version, key, v, nil)
+		h, err := d.blobValueTraced(rs.version, key, v, nil, acc)
 		if err != nil {
 			return nil, err
 		}
@@ -151,8 +176,8 @@ func (d *DB) resolveGet(rs *readState, key, v []byte, kind base.Kind, seq, tombS
 	return nil, base.CorruptionErrorf("entry of kind %s where a value was expected", kind)
 }
 
-// tableGet looks key up in one table.
-func (d *DB) tableGet(f *version.FileMetadata, key []byte, snap base.SeqNum, h uint64) ([]byte, base.Kind, base.SeqNum, bool, error) {
+// tableGet looks key up in one table, at level, tracing as acc's.
+func (d *DB) tableGet(f *version.FileMetadata, key []byte, snap base.SeqNum, h uint64, acc *trace.Access, level int) ([]byte, base.Kind, base.SeqNum, bool, error) {
 	r, err := d.tables.get(f)
 	if err != nil {
 		return nil, 0, 0, false, err
@@ -162,7 +187,10 @@ func (d *DB) tableGet(f *version.FileMetadata, key []byte, snap base.SeqNum, h u
 		d.tableFilter.useful.Add(1)
 		return nil, 0, 0, false, nil
 	}
-	v, kind, seq, ok, err := r.GetUnfiltered(key, snap)
+	if acc != nil {
+		acc.Level = int32(level)
+	}
+	v, kind, seq, ok, err := r.GetUnfilteredTraced(key, snap, acc)
 	if err != nil {
 		return nil, 0, 0, false, fmt.Errorf("lsm: table %s: %w", f.FileNum, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/internal/rangedel"
 	"github.com/cairnkv/cairn/lsm/version"
+	"github.com/cairnkv/cairn/trace"
 )
 
 // Iterator iterates over the live user keys of a DB as of one snapshot, in
@@ -40,13 +41,16 @@ type Iterator struct {
 	// blob files during scans.
 	blobHandle blob.Handle
 	ra         blobReadahead
+	// acc traces the iterator's blob cache lookups; nil if no trace ran
+	// when it was created.
+	acc *trace.Access
 }
 
 // setBlobValue resolves the blob index idx of ukey into it.value. It
 // reports false, with it.err set, on failure.
 func (it *Iterator) setBlobValue(ukey, idx []byte) bool {
 	it.releaseBlob()
-	h, err := it.rs.d.blobValue(it.rs.version, ukey, idx, &it.ra)
+	h, err := it.rs.d.blobValueTraced(it.rs.version, ukey, idx, &it.ra, it.acc)
 	if err != nil {
 		it.err = err
 		it.valid = false
@@ -94,6 +98,9 @@ func (d *DB) NewIter(o *IterOptions) (*Iterator, error) {
 		rs.unref()
 		return nil, err
 	}
+	// A trace running now records the iterator's lookups (one atomic
+	// load); one started later does not.
+	acc := d.tracer.NewAccess(trace.CallerIterator, -1, false)
 	var children []base.InternalIterator
 	for _, m := range rs.mems {
 		children = append(children, m.newIter())
@@ -112,11 +119,11 @@ func (d *DB) NewIter(o *IterOptions) (*Iterator, error) {
 			rs.unref()
 			return nil, err
 		}
-		children = append(children, r.NewIter())
+		children = append(children, r.NewIterTraced(nil, nil, acc.AtLevel(0)))
 	}
 	for level := 1; level < len(v.Levels); level++ {
 		if len(v.Levels[level]) > 0 {
-			children = append(children, newLevelIter(d.tables, v.Levels[level]))
+			children = append(children, newLevelIterTraced(d.tables, v.Levels[level], acc.AtLevel(level)))
 		}
 	}
 	return &Iterator{
@@ -126,6 +133,7 @@ func (d *DB) NewIter(o *IterOptions) (*Iterator, error) {
 		tombs: tombs,
 		lower: bytes.Clone(opts.LowerBound),
 		upper: bytes.Clone(opts.UpperBound),
+		acc:   acc,
 	}, nil
 }
 

@@ -66,6 +66,9 @@ func layeringViolation(pkg, imp string) string {
 	if pkg == "lsm/blob" && strings.HasPrefix(imp, mod+"lsm/") && imp != mod+"lsm/internal/base" {
 		return "lsm/blob depends only on lsm/internal/base: the engine wires it to tables and versions"
 	}
+	if pkg == "trace" && strings.HasPrefix(imp, mod) {
+		return "trace is the engine's tracing vocabulary: it imports nothing of cairn's (the engine imports it)"
+	}
 	if pkg == "fsm" || strings.HasPrefix(pkg, "fsm/") {
 		if strings.HasPrefix(imp, mod+"cluster") || strings.HasPrefix(imp, mod+"client") {
 			return "data flows client → api → cluster → fsm → lsm, never back"

@@ -3,6 +3,7 @@ package lsm
 import (
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/version"
+	"github.com/cairnkv/cairn/trace"
 )
 
 // levelIter concatenates the tables of one sorted, non-overlapping level,
@@ -13,10 +14,16 @@ type levelIter struct {
 	idx   int // index of the file under iter; -1 or len(files) when none
 	iter  base.InternalIterator
 	err   error
+	// acc traces the tables' data-block lookups (nil: not traced).
+	acc *trace.Access
 }
 
 func newLevelIter(tc *tableCache, files []*version.FileMetadata) *levelIter {
-	return &levelIter{tc: tc, files: files, idx: -1}
+	return newLevelIterTraced(tc, files, nil)
+}
+
+func newLevelIterTraced(tc *tableCache, files []*version.FileMetadata, acc *trace.Access) *levelIter {
+	return &levelIter{tc: tc, files: files, idx: -1, acc: acc}
 }
 
 // open positions l on file i, closing the previous file's iterator.
@@ -36,7 +43,7 @@ func (l *levelIter) open(i int) bool {
 		l.err = err
 		return false
 	}
-	l.iter = r.NewIter()
+	l.iter = r.NewIterTraced(nil, nil, l.acc)
 	return true
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/cairnkv/cairn/lsm/sst"
 	"github.com/cairnkv/cairn/lsm/version"
 	"github.com/cairnkv/cairn/lsm/vfs"
+	"github.com/cairnkv/cairn/trace"
 )
 
 // tableCache keeps one open sst.Reader per live table. A lookup of an open
@@ -25,6 +26,8 @@ type tableCache struct {
 	cache   *cache.Cache
 	cacheID uint64
 	tables  sync.Map // base.FileNum → *tableEntry
+	// tracer, if set, is told of the blocks a table pins at open.
+	tracer *trace.Tracer
 }
 
 type tableEntry struct {
@@ -61,7 +64,7 @@ func (tc *tableCache) open(n base.FileNum) (*sst.Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lsm: opening table %s: %w", n, err)
 	}
-	r, err := sst.NewReader(file, sst.ReaderOptions{Cache: tc.cache, CacheID: tc.cacheID, FileNum: n})
+	r, err := sst.NewReader(file, sst.ReaderOptions{Cache: tc.cache, CacheID: tc.cacheID, FileNum: n, Tracer: tc.tracer})
 	if err != nil {
 		file.Close()
 		return nil, fmt.Errorf("lsm: opening table %s: %w", n, err)

@@ -44,15 +44,24 @@ const ReservedGetID uint64 = 0
 type Record struct {
 	AccessTimestamp uint64 // microseconds since the Unix epoch
 	Type            BlockType
-	BlockSize       uint64
-	BlockKey        []byte // identifies the block: see BlockKey helpers
-	CFID            uint32
-	CFName          string
-	Caller          Caller
-	Level           int32 // -1 when unknown (e.g. blob files)
-	FileNumber      uint64
-	CacheHit        bool
-	NoInsert        bool
+	// BlockSize is what the cache charges for the block less its fixed
+	// per-entry overhead: cap of a data block's buffer (lsm/cache charges
+	// cap + cache.EntryOverhead), a blob record's length; for pinned
+	// blocks their length.
+	BlockSize  uint64
+	BlockKey   []byte // identifies the block: see BlockKey helpers
+	CFID       uint32
+	CFName     string
+	Caller     Caller
+	Level      int32 // -1 when unknown (e.g. blob files)
+	FileNumber uint64
+	CacheHit   bool
+	NoInsert   bool
+	// Pinned marks an access to a block the table reader holds in memory
+	// (cairn pins every table's index, filter and range-deletion blocks
+	// at open): the block never enters the block cache, so a cache
+	// simulator skips these records. See the package doc.
+	Pinned bool
 
 	GetID            uint64
 	FromUserSnapshot bool

@@ -1460,6 +1460,117 @@ func (*BackupResponse_Header) isBackupResponse_Msg() {}
 
 func (*BackupResponse_Chunk) isBackupResponse_Msg() {}
 
+type TraceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// duration_ms is how long to trace (at most 24 hours). The trace ends
+	// earlier if it reaches max_size_bytes or the caller cancels.
+	DurationMs int64 `protobuf:"varint,1,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// sampling_frequency traces 1 in N blocks, all of a sampled block's
+	// accesses (0 or 1: every access).
+	SamplingFrequency uint64 `protobuf:"varint,2,opt,name=sampling_frequency,json=samplingFrequency,proto3" json:"sampling_frequency,omitempty"`
+	// max_size_bytes stops the trace before the file exceeds it (0: the
+	// node's limit, 1 GiB).
+	MaxSizeBytes  int64 `protobuf:"varint,3,opt,name=max_size_bytes,json=maxSizeBytes,proto3" json:"max_size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TraceRequest) Reset() {
+	*x = TraceRequest{}
+	mi := &file_cairnpb_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TraceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TraceRequest) ProtoMessage() {}
+
+func (x *TraceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cairnpb_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TraceRequest.ProtoReflect.Descriptor instead.
+func (*TraceRequest) Descriptor() ([]byte, []int) {
+	return file_cairnpb_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *TraceRequest) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *TraceRequest) GetSamplingFrequency() uint64 {
+	if x != nil {
+		return x.SamplingFrequency
+	}
+	return 0
+}
+
+func (x *TraceRequest) GetMaxSizeBytes() int64 {
+	if x != nil {
+		return x.MaxSizeBytes
+	}
+	return 0
+}
+
+type TraceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// data is the next piece of the binary trace file.
+	Data          []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TraceResponse) Reset() {
+	*x = TraceResponse{}
+	mi := &file_cairnpb_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TraceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TraceResponse) ProtoMessage() {}
+
+func (x *TraceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cairnpb_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TraceResponse.ProtoReflect.Descriptor instead.
+func (*TraceResponse) Descriptor() ([]byte, []int) {
+	return file_cairnpb_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *TraceResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type EngineMetrics_Level struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Level         uint32                 `protobuf:"varint,1,opt,name=level,proto3" json:"level,omitempty"`
@@ -1472,7 +1583,7 @@ type EngineMetrics_Level struct {
 
 func (x *EngineMetrics_Level) Reset() {
 	*x = EngineMetrics_Level{}
-	mi := &file_cairnpb_cluster_proto_msgTypes[19]
+	mi := &file_cairnpb_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1595,7 @@ func (x *EngineMetrics_Level) String() string {
 func (*EngineMetrics_Level) ProtoMessage() {}
 
 func (x *EngineMetrics_Level) ProtoReflect() protoreflect.Message {
-	mi := &file_cairnpb_cluster_proto_msgTypes[19]
+	mi := &file_cairnpb_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1740,14 @@ const file_cairnpb_cluster_proto_rawDesc = "" +
 	"\x0eBackupResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.cairn.v1.BackupHeaderH\x00R\x06header\x12-\n" +
 	"\x05chunk\x18\x02 \x01(\v2\x15.cairn.v1.BackupChunkH\x00R\x05chunkB\x05\n" +
-	"\x03msg*^\n" +
+	"\x03msg\"\x84\x01\n" +
+	"\fTraceRequest\x12\x1f\n" +
+	"\vduration_ms\x18\x01 \x01(\x03R\n" +
+	"durationMs\x12-\n" +
+	"\x12sampling_frequency\x18\x02 \x01(\x04R\x11samplingFrequency\x12$\n" +
+	"\x0emax_size_bytes\x18\x03 \x01(\x03R\fmaxSizeBytes\"#\n" +
+	"\rTraceResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data*^\n" +
 	"\tRaftState\x12\x1a\n" +
 	"\x16RAFT_STATE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bFOLLOWER\x10\x01\x12\r\n" +
@@ -1646,7 +1764,7 @@ const file_cairnpb_cluster_proto_rawDesc = "" +
 	"\x05ALIVE\x10\x01\x12\v\n" +
 	"\aSUSPECT\x10\x02\x12\b\n" +
 	"\x04DEAD\x10\x03\x12\b\n" +
-	"\x04LEFT\x10\x042\xf2\x03\n" +
+	"\x04LEFT\x10\x042\xae\x04\n" +
 	"\aCluster\x12;\n" +
 	"\x06Status\x12\x17.cairn.v1.StatusRequest\x1a\x18.cairn.v1.StatusResponse\x12>\n" +
 	"\aMembers\x12\x18.cairn.v1.MembersRequest\x1a\x19.cairn.v1.MembersResponse\x12D\n" +
@@ -1654,7 +1772,8 @@ const file_cairnpb_cluster_proto_rawDesc = "" +
 	"\fRemoveMember\x12\x1d.cairn.v1.RemoveMemberRequest\x1a\x1e.cairn.v1.RemoveMemberResponse\x12S\n" +
 	"\x0eTransferLeader\x12\x1f.cairn.v1.TransferLeaderRequest\x1a .cairn.v1.TransferLeaderResponse\x12A\n" +
 	"\bSnapshot\x12\x19.cairn.v1.SnapshotRequest\x1a\x1a.cairn.v1.SnapshotResponse\x12=\n" +
-	"\x06Backup\x12\x17.cairn.v1.BackupRequest\x1a\x18.cairn.v1.BackupResponse0\x01B&Z$github.com/cairnkv/cairn/api/cairnpbb\x06proto3"
+	"\x06Backup\x12\x17.cairn.v1.BackupRequest\x1a\x18.cairn.v1.BackupResponse0\x01\x12:\n" +
+	"\x05Trace\x12\x16.cairn.v1.TraceRequest\x1a\x17.cairn.v1.TraceResponse0\x01B&Z$github.com/cairnkv/cairn/api/cairnpbb\x06proto3"
 
 var (
 	file_cairnpb_cluster_proto_rawDescOnce sync.Once
@@ -1669,7 +1788,7 @@ func file_cairnpb_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cairnpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_cairnpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_cairnpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_cairnpb_cluster_proto_goTypes = []any{
 	(RaftState)(0),                 // 0: cairn.v1.RaftState
 	(Suffrage)(0),                  // 1: cairn.v1.Suffrage
@@ -1693,12 +1812,14 @@ var file_cairnpb_cluster_proto_goTypes = []any{
 	(*BackupHeader)(nil),           // 19: cairn.v1.BackupHeader
 	(*BackupChunk)(nil),            // 20: cairn.v1.BackupChunk
 	(*BackupResponse)(nil),         // 21: cairn.v1.BackupResponse
-	(*EngineMetrics_Level)(nil),    // 22: cairn.v1.EngineMetrics.Level
+	(*TraceRequest)(nil),           // 22: cairn.v1.TraceRequest
+	(*TraceResponse)(nil),          // 23: cairn.v1.TraceResponse
+	(*EngineMetrics_Level)(nil),    // 24: cairn.v1.EngineMetrics.Level
 }
 var file_cairnpb_cluster_proto_depIdxs = []int32{
 	0,  // 0: cairn.v1.StatusResponse.state:type_name -> cairn.v1.RaftState
 	5,  // 1: cairn.v1.StatusResponse.engine:type_name -> cairn.v1.EngineMetrics
-	22, // 2: cairn.v1.EngineMetrics.levels:type_name -> cairn.v1.EngineMetrics.Level
+	24, // 2: cairn.v1.EngineMetrics.levels:type_name -> cairn.v1.EngineMetrics.Level
 	1,  // 3: cairn.v1.Member.suffrage:type_name -> cairn.v1.Suffrage
 	2,  // 4: cairn.v1.Member.status:type_name -> cairn.v1.MemberStatus
 	7,  // 5: cairn.v1.MembersResponse.members:type_name -> cairn.v1.Member
@@ -1712,15 +1833,17 @@ var file_cairnpb_cluster_proto_depIdxs = []int32{
 	13, // 13: cairn.v1.Cluster.TransferLeader:input_type -> cairn.v1.TransferLeaderRequest
 	15, // 14: cairn.v1.Cluster.Snapshot:input_type -> cairn.v1.SnapshotRequest
 	17, // 15: cairn.v1.Cluster.Backup:input_type -> cairn.v1.BackupRequest
-	4,  // 16: cairn.v1.Cluster.Status:output_type -> cairn.v1.StatusResponse
-	8,  // 17: cairn.v1.Cluster.Members:output_type -> cairn.v1.MembersResponse
-	10, // 18: cairn.v1.Cluster.AddMember:output_type -> cairn.v1.AddMemberResponse
-	12, // 19: cairn.v1.Cluster.RemoveMember:output_type -> cairn.v1.RemoveMemberResponse
-	14, // 20: cairn.v1.Cluster.TransferLeader:output_type -> cairn.v1.TransferLeaderResponse
-	16, // 21: cairn.v1.Cluster.Snapshot:output_type -> cairn.v1.SnapshotResponse
-	21, // 22: cairn.v1.Cluster.Backup:output_type -> cairn.v1.BackupResponse
-	16, // [16:23] is the sub-list for method output_type
-	9,  // [9:16] is the sub-list for method input_type
+	22, // 16: cairn.v1.Cluster.Trace:input_type -> cairn.v1.TraceRequest
+	4,  // 17: cairn.v1.Cluster.Status:output_type -> cairn.v1.StatusResponse
+	8,  // 18: cairn.v1.Cluster.Members:output_type -> cairn.v1.MembersResponse
+	10, // 19: cairn.v1.Cluster.AddMember:output_type -> cairn.v1.AddMemberResponse
+	12, // 20: cairn.v1.Cluster.RemoveMember:output_type -> cairn.v1.RemoveMemberResponse
+	14, // 21: cairn.v1.Cluster.TransferLeader:output_type -> cairn.v1.TransferLeaderResponse
+	16, // 22: cairn.v1.Cluster.Snapshot:output_type -> cairn.v1.SnapshotResponse
+	21, // 23: cairn.v1.Cluster.Backup:output_type -> cairn.v1.BackupResponse
+	23, // 24: cairn.v1.Cluster.Trace:output_type -> cairn.v1.TraceResponse
+	17, // [17:25] is the sub-list for method output_type
+	9,  // [9:17] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name
 	9,  // [9:9] is the sub-list for extension extendee
 	0,  // [0:9] is the sub-list for field type_name
@@ -1741,7 +1864,7 @@ func file_cairnpb_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cairnpb_cluster_proto_rawDesc), len(file_cairnpb_cluster_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	Cluster_TransferLeader_FullMethodName = "/cairn.v1.Cluster/TransferLeader"
 	Cluster_Snapshot_FullMethodName       = "/cairn.v1.Cluster/Snapshot"
 	Cluster_Backup_FullMethodName         = "/cairn.v1.Cluster/Backup"
+	Cluster_Trace_FullMethodName          = "/cairn.v1.Cluster/Trace"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -54,6 +55,12 @@ type ClusterClient interface {
 	// file, each file's chunks in order. The files form an engine directory
 	// that lsm.Open accepts (and that a node can start from).
 	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupResponse], error)
+	// Trace records the serving node's block-cache accesses (package trace)
+	// for a duration and streams the binary trace file back as it is
+	// written: the concatenated data of the TraceResponses is the file.
+	// FAILED_PRECONDITION if a trace already runs on the node;
+	// INVALID_ARGUMENT for a duration that is not positive.
+	Trace(ctx context.Context, in *TraceRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TraceResponse], error)
 }
 
 type clusterClient struct {
@@ -143,6 +150,25 @@ func (c *clusterClient) Backup(ctx context.Context, in *BackupRequest, opts ...g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_BackupClient = grpc.ServerStreamingClient[BackupResponse]
 
+func (c *clusterClient) Trace(ctx context.Context, in *TraceRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TraceResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Cluster_ServiceDesc.Streams[1], Cluster_Trace_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[TraceRequest, TraceResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Cluster_TraceClient = grpc.ServerStreamingClient[TraceResponse]
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -169,6 +195,12 @@ type ClusterServer interface {
 	// file, each file's chunks in order. The files form an engine directory
 	// that lsm.Open accepts (and that a node can start from).
 	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupResponse]) error
+	// Trace records the serving node's block-cache accesses (package trace)
+	// for a duration and streams the binary trace file back as it is
+	// written: the concatenated data of the TraceResponses is the file.
+	// FAILED_PRECONDITION if a trace already runs on the node;
+	// INVALID_ARGUMENT for a duration that is not positive.
+	Trace(*TraceRequest, grpc.ServerStreamingServer[TraceResponse]) error
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -199,6 +231,9 @@ func (UnimplementedClusterServer) Snapshot(context.Context, *SnapshotRequest) (*
 }
 func (UnimplementedClusterServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupResponse]) error {
 	return status.Error(codes.Unimplemented, "method Backup not implemented")
+}
+func (UnimplementedClusterServer) Trace(*TraceRequest, grpc.ServerStreamingServer[TraceResponse]) error {
+	return status.Error(codes.Unimplemented, "method Trace not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -340,6 +375,17 @@ func _Cluster_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_BackupServer = grpc.ServerStreamingServer[BackupResponse]
 
+func _Cluster_Trace_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(TraceRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ClusterServer).Trace(m, &grpc.GenericServerStream[TraceRequest, TraceResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Cluster_TraceServer = grpc.ServerStreamingServer[TraceResponse]
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -376,6 +422,11 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Backup",
 			Handler:       _Cluster_Backup_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Trace",
+			Handler:       _Cluster_Trace_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 
 	"github.com/cairnkv/cairn/lsm/internal/base"
+	"github.com/cairnkv/cairn/trace"
 )
 
 // tableIter is the two-level iterator over a table's point entries: an
@@ -21,6 +22,9 @@ type tableIter struct {
 	// at blockOffset; nil if none is loaded.
 	block       []byte
 	blockOffset uint64
+
+	// acc, if not nil, reports data-block lookups to the tracer.
+	acc *trace.Access
 
 	lower, upper []byte
 	// lowerKey and upperKey are lower and upper with the largest trailer:
@@ -45,7 +49,13 @@ func (r *Reader) NewIter() base.InternalIterator {
 // lower <= k < upper; a nil bound is no bound. The iterator keeps the
 // bounds' slices.
 func (r *Reader) NewIterWithBounds(lower, upper []byte) base.InternalIterator {
-	it := &tableIter{r: r, lower: lower, upper: upper}
+	return r.NewIterTraced(lower, upper, nil)
+}
+
+// NewIterTraced is NewIterWithBounds reporting its data-block lookups to
+// the Reader's tracer as acc's; nil (no trace running) reports nothing.
+func (r *Reader) NewIterTraced(lower, upper []byte, acc *trace.Access) base.InternalIterator {
+	it := &tableIter{r: r, lower: lower, upper: upper, acc: acc}
 	if lower != nil {
 		it.lowerKey = base.MakeInternalKey(nil, lower, separatorTrailer.SeqNum(), separatorTrailer.Kind())
 	}
@@ -72,11 +82,14 @@ func (it *tableIter) loadBlock() bool {
 		return false
 	}
 	if it.block == nil || h.offset != it.blockOffset {
-		b, err := it.r.dataBlock(h, &it.index)
+		b, hit, err := it.r.dataBlock(h, &it.index)
 		if err != nil {
 			it.block = nil
 			it.fail(err)
 			return false
+		}
+		if it.acc != nil {
+			it.r.traceBlock(it.acc, h.offset, b, hit)
 		}
 		it.block, it.blockOffset = b, h.offset
 	}

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/cairnkv/cairn/lsm/cache"
 	"github.com/cairnkv/cairn/lsm/filter"
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/vfs"
+	"github.com/cairnkv/cairn/trace"
 )
 
 // ReaderOptions configure a Reader.
@@ -26,6 +28,9 @@ type ReaderOptions struct {
 	// VerifyChecksums is accepted for symmetry with other engines and
 	// ignored: every block read from the file is always checked.
 	VerifyChecksums bool
+	// Tracer, if not nil, is told of the pinned blocks NewReader reads
+	// while a trace runs (see trace.go).
+	Tracer *trace.Tracer
 }
 
 // Reader reads one table. It is safe for concurrent use. Its footer,
@@ -46,6 +51,9 @@ type Reader struct {
 	// tombstones alias the pinned range deletion block.
 	tombstones []base.RangeTombstone
 	props      Properties
+	// restartInterval is the table's data-block restart interval, learnt
+	// from the first data block a trace counts the keys of (0: not yet).
+	restartInterval atomic.Int64
 }
 
 // NewReader opens the table in f, whose size it takes from f.Stat. On
@@ -127,6 +135,7 @@ func (r *Reader) readMeta(ft footer) error {
 	if err := r.checkIndex(limit); err != nil {
 		return err
 	}
+	r.tracePinned(trace.BlockIndex, ft.index, len(r.index))
 
 	if filterH != nil {
 		data, err := r.readBlock(*filterH, filterBlockKind, nil, nil)
@@ -137,6 +146,7 @@ func (r *Reader) readMeta(ft footer) error {
 			return base.MarkCorruption(err)
 		}
 		r.hasFilter = true
+		r.tracePinned(trace.BlockFilter, *filterH, len(data))
 	}
 
 	if rangeDelH != nil {
@@ -147,6 +157,7 @@ func (r *Reader) readMeta(ft footer) error {
 		if r.tombstones, err = decodeTombstones(data); err != nil {
 			return err
 		}
+		r.tracePinned(trace.BlockRangeDel, *rangeDelH, len(data))
 	}
 	if uint64(len(r.tombstones)) != r.props.NumRangeDeletions {
 		return base.CorruptionErrorf("sst: %d range tombstones, properties say %d", len(r.tombstones), r.props.NumRangeDeletions)
@@ -271,21 +282,22 @@ func (r *Reader) readBlock(h blockHandle, kind blockKind, after, upTo []byte) ([
 // dataBlock returns the data block at h, the handle at the position of ii
 // in the index, from the cache or else from the file (then caching it). A
 // block read from the file must also lie between its separator and the one
-// before. The block must not be modified.
-func (r *Reader) dataBlock(h blockHandle, ii *blockIter) ([]byte, error) {
+// before. The block must not be modified. hit tells whether it came from
+// the cache.
+func (r *Reader) dataBlock(h blockHandle, ii *blockIter) (b []byte, hit bool, err error) {
 	if b, ok := r.opts.Cache.Get(r.opts.CacheID, r.opts.FileNum, h.offset); ok {
-		return b, nil
+		return b, true, nil
 	}
 	after, err := indexKeyBefore(r.index, ii.offset)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	b, err := r.readBlock(h, dataBlockKind, after, ii.key())
+	b, err = r.readBlock(h, dataBlockKind, after, ii.key())
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	r.opts.Cache.Set(r.opts.CacheID, r.opts.FileNum, h.offset, b)
-	return b, nil
+	return b, false, nil
 }
 
 // indexHandle decodes the data block handle at the index iterator's
@@ -358,6 +370,13 @@ func (r *Reader) Get(ukey []byte, seq base.SeqNum, h uint64) (value []byte, kind
 // GetUnfiltered is Get without the filter probe, for a caller that has
 // already asked MayContain (to count what the filter saves).
 func (r *Reader) GetUnfiltered(ukey []byte, seq base.SeqNum) (value []byte, kind base.Kind, keySeq base.SeqNum, found bool, err error) {
+	return r.GetUnfilteredTraced(ukey, seq, nil)
+}
+
+// GetUnfilteredTraced is GetUnfiltered reporting its data-block lookups to
+// the Reader's tracer as acc's; a nil acc (no trace running) reports
+// nothing.
+func (r *Reader) GetUnfilteredTraced(ukey []byte, seq base.SeqNum, acc *trace.Access) (value []byte, kind base.Kind, keySeq base.SeqNum, found bool, err error) {
 	if seq == 0 {
 		return nil, 0, 0, false, nil
 	}
@@ -371,7 +390,7 @@ func (r *Reader) GetUnfiltered(ukey []byte, seq base.SeqNum) (value []byte, kind
 		if err != nil {
 			return nil, 0, 0, false, err
 		}
-		data, err := r.dataBlock(bh, &ii)
+		data, hit, err := r.dataBlock(bh, &ii)
 		if err != nil {
 			return nil, 0, 0, false, err
 		}
@@ -381,11 +400,18 @@ func (r *Reader) GetUnfiltered(ukey []byte, seq base.SeqNum) (value []byte, kind
 		di.seekGESearch(ukey, t)
 		if di.valid {
 			k := di.key()
-			if !bytes.Equal(base.UserKey(k), ukey) {
+			exists := bytes.Equal(base.UserKey(k), ukey)
+			if acc != nil {
+				r.traceGet(acc, bh.offset, data, hit, ukey, exists, len(k)+len(di.value()))
+			}
+			if !exists {
 				return nil, 0, 0, false, nil
 			}
 			tr := base.DecodeTrailer(k)
 			return di.value(), tr.Kind(), tr.SeqNum(), true, nil
+		}
+		if acc != nil {
+			r.traceGet(acc, bh.offset, data, hit, ukey, false, 0)
 		}
 		if di.err != nil {
 			return nil, 0, 0, false, di.err
