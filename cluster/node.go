@@ -79,7 +79,7 @@ type Node struct {
 	readyTerm atomic.Uint64
 	// leaderChange wakes waiters on readyTerm and on leadership.
 	leaderChange notifier
-	// reads batches linearizable reads' leadership confirmations.
+	// reads batches linearizable reads' leadership confirmation rounds.
 	reads readBarrier
 
 	// members caches the gossip view by ID, refreshed on every membership
@@ -271,6 +271,7 @@ func (n *Node) Start() (err error) {
 	)
 	cairnpb.RegisterKVServer(n.grpc, &kvService{n: n})
 	cairnpb.RegisterClusterServer(n.grpc, &clusterService{n: n})
+	n.grpc.RegisterService(&readIndexServiceDesc, n)
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	reflection.Register(n.grpc)
