@@ -98,15 +98,21 @@ func (c *cluster) stop() {
 
 type benchConfig struct {
 	self, cairnNode string
+	baseNode        string // cairn-node built from --base-root, target "base"
 	work            string
 	basePort        int
 	pprof           bool
 }
 
-func startCairn(bc *benchConfig, round int) (*cluster, error) {
-	dir := filepath.Join(bc.work, fmt.Sprintf("cairn-%d", round))
-	c := &cluster{target: "cairn", dir: dir}
+func startCairn(bc *benchConfig, round int, target string) (*cluster, error) {
+	dir := filepath.Join(bc.work, fmt.Sprintf("%s-%d", target, round))
+	c := &cluster{target: target, dir: dir}
 	p := bc.basePort
+	bin := bc.cairnNode
+	if target == "base" {
+		p += 200
+		bin = bc.baseNode
+	}
 	gossip := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", p+10*i+2) }
 	for i := 0; i < 3; i++ {
 		var join []string
@@ -122,11 +128,11 @@ func startCairn(bc *benchConfig, round int) (*cluster, error) {
 			"--gossip-addr", gossip(i), "--bootstrap-expect", "3", "--join", strings.Join(join, ","),
 			"--log-level", "warn",
 		}
-		cmd := exec.Command(bc.cairnNode, args...)
+		cmd := exec.Command(bin, args...)
 		if bc.pprof {
 			cmd.Env = append(os.Environ(), fmt.Sprintf("CAIRN_PPROF_ADDR=127.0.0.1:%d", p+10*i+5))
 		}
-		if err := startLogged(cmd, filepath.Join(bc.work, fmt.Sprintf("cairn-n%d-r%d.log", i+1, round))); err != nil {
+		if err := startLogged(cmd, filepath.Join(bc.work, fmt.Sprintf("%s-n%d-r%d.log", target, i+1, round))); err != nil {
 			c.stop()
 			return nil, err
 		}
@@ -171,7 +177,7 @@ func startLogged(cmd *exec.Cmd, logName string) error {
 
 // runOne runs a load process against c and measures it.
 func runOne(bc *benchConfig, c *cluster, w workload, dur time.Duration, nkeys int) (result, error) {
-	args := []string{"load", "--target", c.target, "--endpoints", strings.Join(c.endpoints, ","),
+	args := []string{"load", "--target", loadTarget(c.target), "--endpoints", strings.Join(c.endpoints, ","),
 		"--op", w.op, "--clients", strconv.Itoa(w.clients), "--value-size", strconv.Itoa(w.vsize),
 		"--keys", strconv.Itoa(nkeys), "--duration", dur.String()}
 	cmd := exec.Command(bc.self, args...)
@@ -256,7 +262,7 @@ type result struct {
 func waitReady(bc *benchConfig, c *cluster) error {
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		cmd := exec.Command(bc.self, "load", "--target", c.target, "--endpoints", strings.Join(c.endpoints, ","),
+		cmd := exec.Command(bc.self, "load", "--target", loadTarget(c.target), "--endpoints", strings.Join(c.endpoints, ","),
 			"--op", "fill", "--clients", "1", "--keys", "1")
 		if err := cmd.Run(); err == nil {
 			return nil
@@ -269,7 +275,7 @@ func waitReady(bc *benchConfig, c *cluster) error {
 }
 
 func fill(bc *benchConfig, c *cluster, nkeys int) error {
-	cmd := exec.Command(bc.self, "load", "--target", c.target, "--endpoints", strings.Join(c.endpoints, ","),
+	cmd := exec.Command(bc.self, "load", "--target", loadTarget(c.target), "--endpoints", strings.Join(c.endpoints, ","),
 		"--op", "fill", "--clients", "64", "--keys", strconv.Itoa(nkeys))
 	cmd.Stderr = os.Stderr
 	return cmd.Run()
@@ -287,6 +293,7 @@ func runBench(args []string) error {
 	port := fs.Int("base-port", 23000, "first port used")
 	pprof := fs.Bool("profile", false, "fetch CPU, mutex and block profiles of the cairn nodes for every cairn run (into the work directory)")
 	root := fs.String("root", "../..", "the cairn repository root (cairn-node is built from it)")
+	baseRoot := fs.String("base-root", "", "another cairn tree (e.g. an older commit's `git archive`), run as target \"base\" for before/after figures: add base to --targets")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -323,6 +330,15 @@ func runBench(args []string) error {
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("building cairn-node: %w", err)
 	}
+	if *baseRoot != "" {
+		bc.baseNode = filepath.Join(bc.work, "cairn-node-base")
+		build := exec.Command("go", "build", "-o", bc.baseNode, "./cmd/node")
+		build.Dir = *baseRoot
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("building base cairn-node: %w", err)
+		}
+	}
 	commit, _ := exec.Command("git", "-C", *root, "rev-parse", "--short", "HEAD").Output()
 	fmt.Fprintf(os.Stderr, "clusterbench: work directory %s\n", bc.work)
 	started := time.Now()
@@ -335,8 +351,8 @@ func runBench(args []string) error {
 		cls := map[string]*cluster{}
 		for _, t := range tgts {
 			var c *cluster
-			if t == "cairn" {
-				c, err = startCairn(bc, r)
+			if t == "cairn" || t == "base" {
+				c, err = startCairn(bc, r, t)
 			} else {
 				c, err = startEtcd(bc, r)
 			}
@@ -389,6 +405,18 @@ func runBench(args []string) error {
 			tput(c), lat(c), tput(e), lat(e),
 			ratio(med(c, opsF), med(e, opsF), "×"), ratio(med(c, p99F), med(e, p99F), "×"),
 			f3(med(c, cpuF)), f3(med(e, cpuF)), f0(med(c, bytesF)), f0(med(e, bytesF)))
+	}
+	if _, ok := res["base"]; ok {
+		fmt.Fprintf(&b, "\nBefore/after in the same run (base = %s):\n\n", *baseRoot)
+		b.WriteString("| workload | cairn ops/s | cairn p50 / p99 / p99.9 | base ops/s | base p50 / p99 / p99.9 | **cairn / base** | p99 ratio | CPU/kop cairn / base | disk B/op cairn / base |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+		for _, w := range wls {
+			c, e := res["cairn"][w.name], res["base"][w.name]
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | **%s** | %s | %s / %s | %s / %s |\n", w.label,
+				tput(c), lat(c), tput(e), lat(e),
+				ratio(med(c, opsF), med(e, opsF), "×"), ratio(med(c, p99F), med(e, p99F), "×"),
+				f3(med(c, cpuF)), f3(med(e, cpuF)), f0(med(c, bytesF)), f0(med(e, bytesF)))
+		}
 	}
 	fmt.Print(b.String())
 	if *out != "" {
@@ -480,4 +508,11 @@ func cpuModel() string {
 		}
 	}
 	return "unknown CPU"
+}
+
+func loadTarget(t string) string {
+	if t == "base" {
+		return "cairn"
+	}
+	return t
 }
