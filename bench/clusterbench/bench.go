@@ -276,7 +276,7 @@ func waitReady(bc *benchConfig, c *cluster) error {
 
 func fill(bc *benchConfig, c *cluster, nkeys int) error {
 	cmd := exec.Command(bc.self, "load", "--target", loadTarget(c.target), "--endpoints", strings.Join(c.endpoints, ","),
-		"--op", "fill", "--clients", "64", "--keys", strconv.Itoa(nkeys))
+		"--op", "fill", "--clients", "256", "--keys", strconv.Itoa(nkeys))
 	cmd.Stderr = os.Stderr
 	return cmd.Run()
 }
