@@ -1,7 +1,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: build test testrace lint bench bench-engine fuzz generate clean
+.PHONY: build test testrace lint bench bench-engine bench-cluster fuzz generate clean
 
 build:
 	$(GO) build $(PKGS)
@@ -33,6 +33,22 @@ ENGINE_ARGS ?=
 bench-engine:
 	cd bench/engine && $(GO) run ./cmd/enginebench --rounds $(ENGINE_ROUNDS) --scale $(ENGINE_SCALE) \
 	  --out enginebench.md --raw enginebench.json --png enginebench.png --logdir logs $(ENGINE_ARGS)
+
+# cairn side by side with etcd v3.7.3 (its own module, bench/clusterbench,
+# which keeps etcd's server out of the root go.mod): three cairn-node
+# processes and three embedded-etcd processes on loopback, one load-generator
+# process per run, every workload alternating cairn/etcd, CLUSTER_ROUNDS
+# rounds of CLUSTER_DURATION per run. The markdown table (medians, min-max,
+# cairn/etcd ratios, CPU and disk bytes per op) goes to stdout and is
+# appended to bench/RESULTS.md. The defaults take about 22 minutes on the
+# 2-core machine; CLUSTER_ARGS="--workloads put1,lin64 --profile" runs a
+# subset and saves pprof CPU/mutex/block profiles of the cairn nodes.
+CLUSTER_ROUNDS ?= 3
+CLUSTER_DURATION ?= 20s
+CLUSTER_ARGS ?=
+bench-cluster:
+	cd bench/clusterbench && $(GO) build -o clusterbench . && ./clusterbench --rounds $(CLUSTER_ROUNDS) \
+	  --duration $(CLUSTER_DURATION) --out ../RESULTS.md $(CLUSTER_ARGS)
 
 # Short fuzzing runs of every fuzz target (the seed corpora also run in `make test`).
 FUZZTIME ?= 30s

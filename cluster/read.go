@@ -2,66 +2,136 @@ package cluster
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // readIndex makes a linearizable read safe on the leader (raft's read-index
 // protocol, §6.4 of the raft thesis; hashicorp/raft has no API for it):
 //
-//  1. wait until this node has committed a barrier in its current term
-//     (awaitReadable), so its commit index covers every entry an earlier
-//     leader committed;
-//  2. note the commit index;
-//  3. confirm leadership with a quorum by committing a barrier entry that
-//     was appended after the read began (confirmLeadership: one barrier per
-//     batch of concurrent reads);
-//  4. wait until the FSM has applied the index: raft resolves a barrier
-//     only once the FSM has applied every entry before it, so step 3 has
-//     done this already.
+//  1. wait until this node, as leader of its current term T, has committed
+//     an entry of T (awaitReadable: the barrier establishLeadership
+//     commits), so its commit index covers every entry an earlier leader
+//     committed;
+//  2. note the commit index C;
+//  3. confirm with a quorum that T is still the newest term
+//     (confirmLeadership: one round of Confirm RPCs per batch of concurrent
+//     reads, started after the read arrived);
+//  4. wait until the FSM has applied C (up to the last entry at or below C
+//     that raft hands the FSM: noops and barriers never reach it).
 //
 // A read served from the local engine afterwards reflects every write
 // acknowledged before readIndex began. It returns the index waited for.
 //
-// Step 3 does not use raft's VerifyLeader: it counts any heartbeat response
-// that arrives after the call, including one to a heartbeat sent before the
-// read began, so a leader paused for longer than an election (SIGSTOP, a VM
-// stall) could confirm itself with a stale response waiting in its socket
-// and serve a stale read. A barrier can only commit if a quorum accepts an
-// entry created after the read arrived, in this leader's term.
+// # Why step 3 is safe without a disk write
+//
+// A write W acknowledged before the read began (time R) was committed by
+// the leader of some term T'. If T' <= T, C covers it (step 1, and C is read
+// after R). If T' > T, the leader of T' was elected before W's
+// acknowledgement, so before R, by a majority M' that each had raised
+// their current term to T' (hashicorp/raft persists the new term and sets
+// it before granting the vote) and never lower it again. Step 3 counts a
+// voter only if it answered a Confirm request that was sent after R (each
+// round is a fresh unary RPC, carrying a fresh nonce that the answer must
+// echo; nothing sent or received before the round can answer it) and only
+// if, when it answered, its current term was T and the leader it knew was
+// this node. The leader counts itself only while it is still the leader
+// of T. A majority M of such answers intersects M': the node in both
+// would have had term >= T' > T at its answer, after R. So T' > T cannot
+// happen, and the read sees W.
+//
+// This is the property the barrier had and raft's VerifyLeader lacks:
+// VerifyLeader counts any heartbeat response that arrives after the call,
+// including one to a heartbeat sent before the read began, so a leader
+// paused for longer than an election (SIGSTOP, a VM stall) could confirm
+// itself with a stale response waiting in its socket. A Confirm round is
+// answered by the followers' current term, and costs a gRPC round trip to
+// a quorum over the nodes' existing connections (forwarder) instead of a
+// log entry and an fsync on every node.
+//
+// Membership: the quorum is a majority of the voters of raft's latest
+// configuration, as raft's own commitment uses; hashicorp/raft changes
+// one server at a time, so majorities of consecutive configurations
+// intersect. A voter whose gRPC address gossip does not know cannot be
+// counted (the round may then fail; the read returns an error, never a
+// stale value).
 func (n *Node) readIndex(ctx context.Context) (uint64, error) {
 	term, err := n.awaitReadable(ctx)
 	if err != nil {
 		return 0, err
 	}
 	index := n.raft.CommitIndex()
-	if err := n.confirmLeadership(ctx); err != nil {
+	confirmed, err := n.confirmLeadership(ctx)
+	if err != nil {
 		return 0, err
 	}
-	if n.raft.CurrentTerm() != term {
+	if confirmed != term || n.raft.CurrentTerm() != term {
 		return 0, raft.ErrNotLeader
+	}
+	if err := n.waitAppliedThrough(ctx, index); err != nil {
+		return 0, err
 	}
 	return index, nil
 }
 
+// waitAppliedThrough waits until the FSM reflects every committed entry at
+// or below index: raft hands the FSM only commands and configurations, so
+// it waits for the last of those at or below index (the entries above it,
+// noops and barriers, change no state).
+func (n *Node) waitAppliedThrough(ctx context.Context, index uint64) error {
+	applied := n.fsm.AppliedIndex()
+	if applied >= index {
+		return nil
+	}
+	target := index
+	var l raft.Log
+	for i := index; i > applied; i-- {
+		if err := n.logs.GetLog(i, &l); err != nil {
+			target = index // compacted or unreadable: wait for index itself
+			break
+		}
+		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
+			target = i
+			break
+		}
+		target = i - 1
+	}
+	if target <= applied {
+		return nil
+	}
+	return n.fsm.WaitApplied(ctx, target)
+}
+
 // readBarrier batches the leadership confirmations of concurrent
-// linearizable reads: reads that arrive while a barrier is in flight wait
-// for the next one, which starts (and so is appended) after they arrived.
+// linearizable reads: reads that arrive while a round is in flight wait
+// for the next one, which starts (and so sends its requests) after they
+// arrived.
 type readBarrier struct {
 	mu      sync.Mutex
-	next    *readRound // reads waiting for a barrier not yet started
-	running bool       // a runner goroutine is issuing barriers
+	next    *readRound // reads waiting for a round not yet started
+	running bool       // a runner goroutine is running rounds
+	rounds  atomic.Uint64
 }
 
 type readRound struct {
 	done chan struct{}
-	err  error // set before done is closed
+	term uint64 // the term confirmed; set before done is closed
+	err  error  // set before done is closed
 }
 
-// confirmLeadership returns nil once a barrier appended after the call has
-// committed and been applied in this node's term.
-func (n *Node) confirmLeadership(ctx context.Context) error {
+// confirmLeadership returns the term a quorum confirmed in a round started
+// after the call.
+func (n *Node) confirmLeadership(ctx context.Context) (uint64, error) {
 	rb := &n.reads
 	rb.mu.Lock()
 	r := rb.next
@@ -71,20 +141,20 @@ func (n *Node) confirmLeadership(ctx context.Context) error {
 	}
 	if !rb.running {
 		rb.running = true
-		go n.runReadBarriers()
+		go n.runReadRounds()
 	}
 	rb.mu.Unlock()
 	select {
 	case <-r.done:
-		return r.err
+		return r.term, r.err
 	case <-ctx.Done():
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
 }
 
-// runReadBarriers issues one barrier per round of waiting reads until none
-// is waiting.
-func (n *Node) runReadBarriers() {
+// runReadRounds runs one confirmation round per batch of waiting reads
+// until none is waiting.
+func (n *Node) runReadRounds() {
 	rb := &n.reads
 	for {
 		rb.mu.Lock()
@@ -96,7 +166,156 @@ func (n *Node) runReadBarriers() {
 			return
 		}
 		rb.mu.Unlock()
-		r.err = n.waitRaft(context.Background(), n.raft.Barrier(n.cfg.ApplyTimeout))
+		rb.rounds.Add(1)
+		r.term, r.err = n.confirmRound()
 		close(r.done)
 	}
+}
+
+// confirmMethod is the Confirm RPC's full name. The service is internal
+// (node to node) and hand-registered (readIndexServiceDesc): a request is
+// a BytesValue of term (8 bytes, big endian), nonce (8) and the leader's
+// server ID; the answer a BytesValue of the answering node's term (8) and
+// the nonce (8), given only if it recognises the leader in that term.
+const confirmMethod = "/cairn.internal.ReadIndex/Confirm"
+
+// errNotConfirmed is a follower's refusal of a Confirm request.
+var errNotConfirmed = errors.New("cluster: leadership not confirmed")
+
+// confirmRound asks every other voter of the latest configuration whether
+// it still follows this node in its current term, and returns that term
+// once a majority of voters (this node included) has. See readIndex.
+func (n *Node) confirmRound() (uint64, error) {
+	if n.raft.State() != raft.Leader {
+		return 0, raft.ErrNotLeader
+	}
+	term := n.raft.CurrentTerm()
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return 0, err
+	}
+	self := raft.ServerID(n.cfg.ID)
+	var voters, acks int
+	var peers []string
+	for _, s := range cf.Configuration().Servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		voters++
+		if s.ID == self {
+			acks++
+			continue
+		}
+		peers = append(peers, string(s.ID))
+	}
+	need := voters/2 + 1
+	if acks >= need {
+		return n.checkTerm(term)
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ApplyTimeout)
+	defer cancel()
+	nonce := rand.Uint64()
+	req := make([]byte, 16, 16+len(self))
+	binary.BigEndian.PutUint64(req[0:], term)
+	binary.BigEndian.PutUint64(req[8:], nonce)
+	req = append(req, self...)
+	answers := make(chan error, len(peers))
+	for _, id := range peers {
+		addr := n.memberGRPCAddr(id)
+		if addr == "" {
+			answers <- fmt.Errorf("cluster: no gRPC address for voter %s", id)
+			continue
+		}
+		cc, err := n.fwd.conn(addr)
+		if err != nil {
+			answers <- err
+			continue
+		}
+		go func() { answers <- confirmPeer(ctx, cc, req, term, nonce) }()
+	}
+	var last error
+	for fails := 0; acks < need; {
+		select {
+		case err := <-answers:
+			if err != nil {
+				last = err
+				if fails++; voters-fails < need {
+					return 0, fmt.Errorf("%w: %d of %d voters did not confirm this leader (last: %v)", raft.ErrLeadershipLost, fails, voters, last)
+				}
+				continue
+			}
+			acks++
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return n.checkTerm(term)
+}
+
+// checkTerm returns term if this node is still the leader of term.
+func (n *Node) checkTerm(term uint64) (uint64, error) {
+	if n.raft.State() != raft.Leader || n.raft.CurrentTerm() != term {
+		return 0, raft.ErrNotLeader
+	}
+	return term, nil
+}
+
+// confirmPeer sends one Confirm request and checks the answer.
+func confirmPeer(ctx context.Context, cc *grpc.ClientConn, req []byte, term, nonce uint64) error {
+	out := new(wrapperspb.BytesValue)
+	if err := cc.Invoke(ctx, confirmMethod, wrapperspb.Bytes(req), out); err != nil {
+		return err
+	}
+	b := out.GetValue()
+	if len(b) != 16 || binary.BigEndian.Uint64(b[0:]) != term || binary.BigEndian.Uint64(b[8:]) != nonce {
+		return errNotConfirmed
+	}
+	return nil
+}
+
+// confirm answers a Confirm request: it echoes the term and nonce if this
+// node's current term is the request's and the leader it knows in it is
+// the requester; otherwise it refuses.
+func (n *Node) confirm(req []byte) ([]byte, error) {
+	if len(req) < 17 {
+		return nil, status.Error(codes.InvalidArgument, "malformed confirm request")
+	}
+	term := binary.BigEndian.Uint64(req[0:])
+	if n.raft.CurrentTerm() != term {
+		return nil, status.Error(codes.FailedPrecondition, "term mismatch")
+	}
+	if _, lid := n.raft.LeaderWithID(); string(lid) != string(req[16:]) {
+		return nil, status.Error(codes.FailedPrecondition, "not this node's leader")
+	}
+	// The term again: it must still be the request's after the leader
+	// check, so the answer holds at one instant after the request was sent.
+	if n.raft.CurrentTerm() != term {
+		return nil, status.Error(codes.FailedPrecondition, "term mismatch")
+	}
+	return req[:16], nil
+}
+
+// readIndexServer is the handler type of readIndexServiceDesc.
+type readIndexServer interface {
+	confirm([]byte) ([]byte, error)
+}
+
+var readIndexServiceDesc = grpc.ServiceDesc{
+	ServiceName: "cairn.internal.ReadIndex",
+	HandlerType: (*readIndexServer)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Confirm",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			in := new(wrapperspb.BytesValue)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			out, err := srv.(readIndexServer).confirm(in.GetValue())
+			if err != nil {
+				return nil, err
+			}
+			return wrapperspb.Bytes(out), nil
+		},
+	}},
+	Metadata: "cluster/read.go",
 }

@@ -137,6 +137,38 @@
 // log is the durable copy of every entry, and the argument above holds for
 // an engine that loses its unsynced tail.
 //
+// # No engine WAL behind the raft log
+//
+// For the same reason the engine runs without its own WAL by default
+// (lsm.Options.DisableWAL; Options.EngineWAL or SyncWrites keep it). Every
+// put was written to disk twice before a flush on every node: once in the
+// raft log (fsynced) and once in the engine's WAL (not synced, so it never
+// protected anything raft did not). Without it a crash loses the
+// memtables, and the engine reopens at its last flush: an applied index A
+// recorded in the same flushed tables as the effects of every entry up to
+// A (the applied index is written in every engine batch, memtables hold
+// whole batches and are flushed in order, so the flushed state is a
+// prefix of the batches). The argument above needs only A >= S, the index
+// of raft's latest snapshot, and that still holds: a snapshot is an engine
+// checkpoint, which flushes first. Raft restarts at S, replays the
+// committed entries after it, the FSM skips those at or below A and
+// applies the rest: the entries lost with the memtables are all after A,
+// all in raft's log (raft trims it only below S - TrailingLogs), and
+// applied exactly once. What a crash costs is the replay of the entries
+// since the last flush, at most about the snapshot threshold (8192 by
+// default, as each snapshot flushes) plus a memtable's worth. A clean
+// Close flushes the memtables, so a restart replays nothing. An engine
+// directory written with a WAL is recovered from it on the first open
+// (its WAL files are replayed as usual), so upgrading needs no step.
+//
+// Saved per put (3 nodes, 256-byte values): the WAL record, about the
+// size of the engine batch (the value, the key, the session record), on
+// each node; see bench/RESULTS.md, "cluster benchmark".
+//
+// Tested by the determinism test's power-loss variant (an in-memory crash
+// of the engine at random points, then raft's replay from the last
+// snapshot) and by cluster/snapcrash's kill -9 of real node processes.
+//
 // # Reads
 //
 // Get and Scan read the engine's latest state; the cluster layer decides

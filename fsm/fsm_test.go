@@ -113,7 +113,11 @@ func TestHaltOnEngineFailure(t *testing.T) {
 	mem := vfs.NewMem()
 	var inj armedInjector
 	fs := errorfs.Wrap(mem, &inj)
-	f, g := openTest(t, fs, "/fsm", nil), newLogGen()
+	// The engine's WAL is where an apply writes (without it, an apply
+	// writes nothing until a flush).
+	o := testOptions(fs)
+	o.EngineWAL = true
+	f, g := openTest(t, fs, "/fsm", o), newLogGen()
 	logs := []*raft.Log{g.cmd(t, put("a", "1")), g.cmd(t, put("b", "1")), g.cmd(t, put("c", "1"))}
 	f.ApplyBatch(logs[:1])
 	inj.p.Store(errorfs.OnIndex(0).WithOps(errorfs.OpWrite))

@@ -54,6 +54,12 @@ type Options struct {
 	// after a crash (see doc.go). Default false.
 	SyncWrites bool
 
+	// EngineWAL keeps the engine's own write-ahead log. Off by default:
+	// behind the durable raft log it is a second copy of every entry, and
+	// the engine recovers to its last flushed state instead (doc.go,
+	// "Restart without re-ingesting a snapshot"). SyncWrites turns it on.
+	EngineWAL bool
+
 	// Checkpoints, if set, is the snapshot store raft uses when it keeps
 	// snapshots as checkpoint directories: Restore then hard-links a
 	// snapshot's files from it instead of copying its stream. It must be
@@ -76,6 +82,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if eng.FS == nil {
 		eng.FS = vfs.Default
+	}
+	if !c.EngineWAL && !c.SyncWrites {
+		eng.DisableWAL = true
 	}
 	c.Engine = &eng
 	if c.MaxSessions == 0 {

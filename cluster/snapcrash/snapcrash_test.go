@@ -41,6 +41,7 @@ var (
 type childSpec struct {
 	ID, DataDir, GRPCAddr, RaftAddr, GossipAddr string
 	Join                                        []string
+	Bootstrap                                   bool // a single-node cluster
 }
 
 func TestMain(m *testing.M) {
@@ -88,7 +89,11 @@ func childMain(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	n, err := cluster.New(config(s), nil)
+	cfg := config(s)
+	if s.Bootstrap {
+		cfg.BootstrapExpect = 1
+	}
+	n, err := cluster.New(cfg, nil)
 	if err == nil {
 		err = n.Start()
 	}
