@@ -129,9 +129,21 @@ type partitionNemesis struct{ active bool }
 func (p *partitionNemesis) Name() string          { return "partition" }
 func (p *partitionNemesis) Available(e *env) bool { return e.cluster.CanPartition() }
 func (p *partitionNemesis) Inject(ctx context.Context, e *env, rng *rand.Rand) (string, error) {
-	n := e.n()
-	var cut [][2]int
-	var what string
+	shape := rng.IntN(4)
+	l := -1
+	if shape == 1 {
+		l = leader(ctx, e.admin, e.cluster)
+	}
+	cut, what := partitionShape(shape, e.n(), l, rng, e.id)
+	p.active = true
+	return "partition " + what, e.cluster.Partition(cut)
+}
+
+// partitionShape returns the pairs of nodes to cut for one of the shapes:
+// 0 random halves, 1 the leader isolated (a random node if leader < 0),
+// 2 a majorities ring (n >= 4; else a bridge), 3 a bridge. id names
+// nodes for the description.
+func partitionShape(shape, n, leader int, rng *rand.Rand, id func(int) string) (cut [][2]int, what string) {
 	// cutBetween blocks every pair across two groups.
 	cutBetween := func(a, b []int) {
 		for _, i := range a {
@@ -143,37 +155,36 @@ func (p *partitionNemesis) Inject(ctx context.Context, e *env, rng *rand.Rand) (
 	names := func(g []int) string {
 		var s []string
 		for _, i := range g {
-			s = append(s, e.id(i))
+			s = append(s, id(i))
 		}
 		return "{" + strings.Join(s, ",") + "}"
 	}
-	switch shape := rng.IntN(4); {
+	switch {
 	case shape == 0:
 		perm := rng.Perm(n)
 		a, b := perm[:n/2], perm[n/2:]
 		slices.Sort(a)
 		slices.Sort(b)
 		cutBetween(a, b)
-		what = "halves " + names(a) + " " + names(b)
+		return cut, "halves " + names(a) + " " + names(b)
 	case shape == 1:
-		l := leader(ctx, e.admin, e.cluster)
-		if l < 0 {
-			l = rng.IntN(n)
+		if leader < 0 {
+			leader = rng.IntN(n)
 		}
 		var rest []int
 		for i := range n {
-			if i != l {
+			if i != leader {
 				rest = append(rest, i)
 			}
 		}
-		cutBetween([]int{l}, rest)
-		what = "isolate leader " + e.id(l)
+		cutBetween([]int{leader}, rest)
+		return cut, "isolate leader " + id(leader)
 	case shape == 2 && n >= 4:
 		// Majorities ring: on a shuffled ring, each node reaches the
-		// nodes within n/2 places of it, a majority of the cluster
+		// nodes within reach places of it, a majority of the cluster
 		// counting itself, but no two nodes see the same majority.
 		perm := rng.Perm(n)
-		reach := (n/2 + 1) / 2 // neighbours each side: 2*reach+1 >= n/2+1
+		reach := (n/2 + 1) / 2 // 2*reach+1 >= n/2+1
 		for a := range n {
 			for b := a + 1; b < n; b++ {
 				if d := min(b-a, n-(b-a)); d > reach {
@@ -181,22 +192,19 @@ func (p *partitionNemesis) Inject(ctx context.Context, e *env, rng *rand.Rand) (
 				}
 			}
 		}
-		what = "majorities ring " + names(perm)
-	default:
-		// Bridge: two halves that cannot talk, and one node that talks
-		// to both.
-		perm := rng.Perm(n)
-		b := perm[0]
-		rest := perm[1:]
-		x, y := rest[:len(rest)/2], rest[len(rest)/2:]
-		slices.Sort(x)
-		slices.Sort(y)
-		cutBetween(x, y)
-		what = "bridge " + e.id(b) + " between " + names(x) + " " + names(y)
+		return cut, "majorities ring " + names(perm)
 	}
-	p.active = true
-	return "partition " + what, e.cluster.Partition(cut)
+	// Bridge: two halves that cannot talk, and one node that talks to
+	// both.
+	perm := rng.Perm(n)
+	rest := perm[1:]
+	x, y := slices.Clone(rest[:len(rest)/2]), slices.Clone(rest[len(rest)/2:])
+	slices.Sort(x)
+	slices.Sort(y)
+	cutBetween(x, y)
+	return cut, "bridge " + id(perm[0]) + " between " + names(x) + " " + names(y)
 }
+
 func (p *partitionNemesis) Heal(ctx context.Context, e *env) error {
 	p.active = false
 	return e.cluster.Partition(nil)

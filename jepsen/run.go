@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -214,6 +215,9 @@ func runTest(ctx context.Context, cfg config, out io.Writer) (res outcome, err e
 	res.ops = len(hist.Ops)
 	res.faults = sched.injected
 	res.summary = summarize(hist, res)
+	for _, l := range topErrors(hist, 8) {
+		logln("jepsen: errors: %s", l)
+	}
 	logln("%s", res.summary)
 	return res, nil
 }
@@ -289,3 +293,31 @@ func orNone(s string) string {
 	}
 	return s
 }
+
+// topErrors lists the most frequent operation errors, "count f outcome:
+// error", with the numbers in messages blurred so that alike errors group.
+func topErrors(h *history.History, n int) []string {
+	counts := map[string]int{}
+	for _, o := range h.Ops {
+		if o.Error == "" {
+			continue
+		}
+		msg := o.Error
+		if len(msg) > 160 {
+			msg = msg[:160]
+		}
+		counts[fmt.Sprintf("%s %s: %s", o.F, o.Outcome, digits.ReplaceAllString(msg, "N"))]++
+	}
+	var keys []string
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return counts[keys[i]] > counts[keys[j]] })
+	var lines []string
+	for _, k := range keys[:min(n, len(keys))] {
+		lines = append(lines, fmt.Sprintf("%6d %s", counts[k], k))
+	}
+	return lines
+}
+
+var digits = regexp.MustCompile(`[0-9]+`)
