@@ -24,6 +24,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cairnkv/cairn/jepsen/check"
 )
 
 func main() {
@@ -45,7 +47,11 @@ func main() {
 		}
 		os.Exit(3)
 	}
-	if !res.valid {
+	switch {
+	case res.valid:
+	case res.result.Status == check.Unknown:
+		os.Exit(4)
+	default:
 		os.Exit(1)
 	}
 }

@@ -218,6 +218,16 @@ func runTest(ctx context.Context, cfg config, out io.Writer) (res outcome, err e
 	for _, l := range topErrors(hist, 8) {
 		logln("jepsen: errors: %s", l)
 	}
+	for i, a := range res.result.Anomalies {
+		if i == 10 {
+			logln("jepsen: ... %d more anomalies in summary.json", len(res.result.Anomalies)-i)
+			break
+		}
+		logln("jepsen: ANOMALY: %s", a)
+	}
+	for _, n := range res.result.Notes {
+		logln("jepsen: note: %s", n)
+	}
 	logln("%s", res.summary)
 	return res, nil
 }
@@ -278,10 +288,7 @@ func summarize(h *history.History, res outcome) string {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
 	}
 	sort.Strings(kinds)
-	verdict := "VALID"
-	if !res.valid {
-		verdict = "INVALID"
-	}
+	verdict := strings.ToUpper(string(res.result.Status))
 	return fmt.Sprintf("jepsen: %s: %s workload, %d ops (ok %d, fail %d, info %d), faults: %s; report in %s",
 		verdict, h.Workload, len(h.Ops), counts[history.OK], counts[history.Fail], counts[history.Info],
 		orNone(strings.Join(kinds, ", ")), res.dir)
