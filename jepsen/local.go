@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -24,14 +25,16 @@ type localCluster struct {
 	nodes   []NodeInfo
 	args    [][]string // each node's command line (without the binary)
 
-	mu    sync.Mutex
-	procs []*proc // nil: not running
+	mu      sync.Mutex
+	procs   []*proc  // nil: not running
+	crashes []string // exits nobody asked for
+	keepDir string   // if set, Close moves the data directories here
 }
 
 type proc struct {
-	cmd    *exec.Cmd
-	done   chan struct{} // closed when the process has exited
-	paused bool
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when the process has exited
+	expected atomic.Bool   // the harness signalled it to exit
 }
 
 func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
@@ -139,6 +142,12 @@ func (c *localCluster) Start(i int) error {
 		err := cmd.Wait()
 		fmt.Fprintf(logf, "==== jepsen: %s exited at %s: %v\n", c.nodes[i].ID, time.Now().UTC().Format(time.RFC3339Nano), err)
 		logf.Close()
+		if !p.expected.Load() {
+			c.mu.Lock()
+			c.crashes = append(c.crashes, fmt.Sprintf("%s exited by itself at %s: %v (see nodes/%s.log)",
+				c.nodes[i].ID, time.Now().UTC().Format(time.RFC3339), err, c.nodes[i].ID))
+			c.mu.Unlock()
+		}
 		close(p.done)
 	}()
 	return nil
@@ -174,6 +183,7 @@ func (c *localCluster) Kill(i int) error {
 	if p == nil {
 		return errNotRunning
 	}
+	p.expected.Store(true)
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		return err
 	}
@@ -181,11 +191,27 @@ func (c *localCluster) Kill(i int) error {
 	return nil
 }
 
+// Crashes lists the node exits the harness did not cause.
+func (c *localCluster) Crashes() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.crashes...)
+}
+
+// KeepData moves the data directories to dir at Close instead of
+// removing them (for a run that failed).
+func (c *localCluster) KeepData(dir string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.keepDir = dir
+}
+
 func (c *localCluster) Stop(i int) error {
 	p := c.proc(i)
 	if p == nil {
 		return errNotRunning
 	}
+	p.expected.Store(true)
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		return err
@@ -223,6 +249,7 @@ func (c *localCluster) Partition(cut [][2]int) error {
 func (c *localCluster) Close() error {
 	for i := range c.procs {
 		if p := c.proc(i); p != nil {
+			p.expected.Store(true)
 			_ = p.cmd.Process.Signal(syscall.SIGKILL)
 			select {
 			case <-p.done:
@@ -232,6 +259,18 @@ func (c *localCluster) Close() error {
 	}
 	if c.net != nil {
 		c.net.teardown()
+	}
+	c.mu.Lock()
+	keep := c.keepDir
+	c.mu.Unlock()
+	if keep != "" {
+		if err := os.Rename(c.dataDir, keep); err == nil {
+			return nil
+		}
+		// Another file system: copy.
+		if err := exec.Command("cp", "-a", c.dataDir, keep).Run(); err != nil {
+			return fmt.Errorf("keep data in %s: %w", keep, err)
+		}
 	}
 	return os.RemoveAll(c.dataDir)
 }

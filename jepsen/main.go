@@ -49,10 +49,12 @@ func main() {
 	}
 	switch {
 	case res.valid:
+	case res.result.Status == check.Invalid:
+		os.Exit(1)
 	case res.result.Status == check.Unknown:
 		os.Exit(4)
 	default:
-		os.Exit(1)
+		os.Exit(5) // the history is valid, but a node crashed or the cluster did not recover
 	}
 }
 
@@ -74,9 +76,12 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.gapMin, "nemesis-gap", 3*time.Second, "least quiet time between faults (up to twice this)")
 	fs.DurationVar(&cfg.holdMin, "nemesis-hold", 5*time.Second, "least time a fault lasts (up to twice this)")
 	fs.BoolVar(&cfg.unsafeReads, "unsafe-local-reads", false, "DANGER: start the nodes with --unsafe-local-reads (linearizable reads served locally, no read-index); for the must-fail check: the run should FAIL")
+	var nodeArgs string
+	fs.StringVar(&nodeArgs, "node-args", "", "more cairn-node flags for every node, space-separated (e.g. --raft-log-store=boltdb)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
+	cfg.nodeArgs = strings.Fields(nodeArgs)
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}

@@ -152,41 +152,57 @@ func newNetns(nodes int) (_ *netns, err error) {
 	return n, nil
 }
 
-// block makes node i drop every packet from the nodes in from (and
-// removes any earlier rule): an empty from heals node i.
+// block makes node i drop every packet from and to the nodes in from
+// (replacing any earlier rule): an empty from heals node i.
 func (n *netns) block(i int, from []int) error {
-	ns := n.nsName(i)
-	if n.nft {
+	var ips []string
+	for _, j := range from {
+		ips = append(ips, n.nodeIP(j))
+	}
+	return blockIPs([]string{"ip", "netns", "exec", n.nsName(i)}, n.nft, ips)
+}
+
+// blockIPs runs nft (or iptables) through enter (a command that runs its
+// arguments inside a network namespace: ip netns exec, nsenter) so that
+// the namespace drops every packet from and to ips, replacing the rules it
+// set before; no ips: accept everything again.
+func blockIPs(enter []string, nft bool, ips []string) error {
+	cmdIn := func(args ...string) *exec.Cmd {
+		all := append(append([]string(nil), enter...), args...)
+		return exec.Command(all[0], all[1:]...)
+	}
+	if nft {
 		var b strings.Builder
 		// Create then delete, so the table exists for the delete, then
 		// build it afresh: one atomic nft transaction.
 		b.WriteString("table inet cjepsen {}\ndelete table inet cjepsen\n")
-		if len(from) > 0 {
-			var ips []string
-			for _, j := range from {
-				ips = append(ips, n.nodeIP(j))
-			}
+		if len(ips) > 0 {
 			set := strings.Join(ips, ", ")
 			fmt.Fprintf(&b, "table inet cjepsen {\n chain in { type filter hook input priority -10; policy accept; ip saddr { %s } drop; }\n chain out { type filter hook output priority -10; policy accept; ip daddr { %s } drop; }\n}\n", set, set)
 		}
-		cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
+		cmd := cmdIn("nft", "-f", "-")
 		cmd.Stdin = strings.NewReader(b.String())
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("nft in %s: %v: %s", ns, err, bytes.TrimSpace(out))
+			return fmt.Errorf("nft via %s: %v: %s", strings.Join(enter, " "), err, bytes.TrimSpace(out))
 		}
 		return nil
 	}
-	if err := run("ip", "netns", "exec", ns, "iptables", "-F", "INPUT"); err != nil {
-		return err
+	runIn := func(args ...string) error {
+		if out, err := cmdIn(args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+		}
+		return nil
 	}
-	if err := run("ip", "netns", "exec", ns, "iptables", "-F", "OUTPUT"); err != nil {
-		return err
-	}
-	for _, j := range from {
-		if err := run("ip", "netns", "exec", ns, "iptables", "-A", "INPUT", "-s", n.nodeIP(j), "-j", "DROP"); err != nil {
+	for _, chain := range []string{"INPUT", "OUTPUT"} {
+		if err := runIn("iptables", "-F", chain); err != nil {
 			return err
 		}
-		if err := run("ip", "netns", "exec", ns, "iptables", "-A", "OUTPUT", "-d", n.nodeIP(j), "-j", "DROP"); err != nil {
+	}
+	for _, ip := range ips {
+		if err := runIn("iptables", "-A", "INPUT", "-s", ip, "-j", "DROP"); err != nil {
+			return err
+		}
+		if err := runIn("iptables", "-A", "OUTPUT", "-d", ip, "-j", "DROP"); err != nil {
 			return err
 		}
 	}

@@ -33,6 +33,7 @@ type config struct {
 	nodeBin          string
 	gapMin, holdMin  time.Duration
 	unsafeReads      bool
+	nodeArgs         []string      // more cairn-node flags
 	recoveryTimeout  time.Duration // default 90s
 	startupTimeout   time.Duration // default 60s
 	skipBuildMessage bool
@@ -40,12 +41,15 @@ type config struct {
 
 // outcome is what a run found.
 type outcome struct {
-	valid   bool
-	dir     string
-	result  check.Result
-	ops     int
-	faults  map[string]int
-	summary string
+	valid bool
+	// troubles are failures beside the checker's verdict: a node that
+	// exited by itself, a cluster that did not recover after healing.
+	troubles []string
+	dir      string
+	result   check.Result
+	ops      int
+	faults   map[string]int
+	summary  string
 }
 
 // runTest runs one test and writes its report. The error is for a run
@@ -118,7 +122,7 @@ func runTest(ctx context.Context, cfg config, out io.Writer) (res outcome, err e
 				return res, err
 			}
 		}
-		var extra []string
+		extra := cfg.nodeArgs
 		if cfg.unsafeReads {
 			extra = append(extra, "--unsafe-local-reads")
 		}
@@ -128,11 +132,12 @@ func runTest(ctx context.Context, cfg config, out io.Writer) (res outcome, err e
 		}
 		cl = lc
 	case "docker":
-		dc, err := newDockerCluster(ctx, cfg, logln)
+		dc, err := newDockerCluster(ctx, cfg, filepath.Join(res.dir, "nodes"), logln)
 		if err != nil {
 			return res, fmt.Errorf("docker cluster: %w", err)
 		}
 		cl = dc
+		cfg.startupTimeout = max(cfg.startupTimeout, 3*time.Minute) // node4 and node5 join as non-voters first
 	}
 	defer func() {
 		if cerr := cl.Close(); cerr != nil {
@@ -193,6 +198,7 @@ func runTest(ctx context.Context, cfg config, out io.Writer) (res outcome, err e
 	healAll(cl, logln)
 	if err := waitHealthy(ctx, admin, cl, cfg.recoveryTimeout); err != nil {
 		logln("jepsen: RECOVERY FAILED: %v", err)
+		res.troubles = append(res.troubles, "the cluster did not recover after healing: "+err.Error())
 	} else {
 		logln("jepsen: cluster recovered")
 	}
@@ -207,11 +213,24 @@ func runTest(ctx context.Context, cfg config, out io.Writer) (res outcome, err e
 	hist.Duration = cfg.duration
 	logln("jepsen: checking %d ops", len(hist.Ops))
 	res.result = check.Check(hist)
+	if cr, ok := cl.(interface{ Crashes() []string }); ok {
+		for _, c := range cr.Crashes() {
+			logln("jepsen: NODE CRASHED: %s", c)
+			res.troubles = append(res.troubles, "node crashed: "+c)
+		}
+	}
+	for _, t := range res.troubles {
+		res.result.Notes = append(res.result.Notes, "harness: "+t)
+	}
+	if kd, ok := cl.(interface{ KeepData(string) }); ok && (!res.result.Valid || len(res.troubles) > 0) {
+		kd.KeepData(filepath.Join(res.dir, "data"))
+		logln("jepsen: keeping the nodes' data directories in %s", filepath.Join(res.dir, "data"))
+	}
 	if err := check.WriteReport(res.dir, hist, res.result); err != nil {
 		logln("jepsen: report: %v", err)
 	}
 	writeNemesisLog(filepath.Join(res.dir, "nemesis.log"), hist)
-	res.valid = res.result.Valid
+	res.valid = res.result.Valid && len(res.troubles) == 0
 	res.ops = len(hist.Ops)
 	res.faults = sched.injected
 	res.summary = summarize(hist, res)
@@ -289,6 +308,9 @@ func summarize(h *history.History, res outcome) string {
 	}
 	sort.Strings(kinds)
 	verdict := strings.ToUpper(string(res.result.Status))
+	if len(res.troubles) > 0 {
+		verdict += fmt.Sprintf(" but %d CLUSTER FAILURE(S) (see notes)", len(res.troubles))
+	}
 	return fmt.Sprintf("jepsen: %s: %s workload, %d ops (ok %d, fail %d, info %d), faults: %s; report in %s",
 		verdict, h.Workload, len(h.Ops), counts[history.OK], counts[history.Fail], counts[history.Info],
 		orNone(strings.Join(kinds, ", ")), res.dir)
