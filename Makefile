@@ -104,9 +104,9 @@ jepsen-build:
 # Every workload for JEPSEN_LONG_TIME (10 minutes) with every nemesis.
 JEPSEN_LONG_TIME ?= 10m
 jepsen-long: jepsen-build
-	set -e; for w in register set bank; do \
-	  $(JEPSEN_BIN)/jepsen --node-bin $(JEPSEN_BIN)/cairn-node --workload $$w --time $(JEPSEN_LONG_TIME) --nemesis all $(JEPSEN_ARGS); \
-	done
+	rc=0; for w in register set bank; do \
+	  $(JEPSEN_BIN)/jepsen --node-bin $(JEPSEN_BIN)/cairn-node --workload $$w --time $(JEPSEN_LONG_TIME) --nemesis all $(JEPSEN_ARGS) || rc=1; \
+	done; exit $$rc
 
 # What CI runs (about 5 minutes): a short run of each workload with kill,
 # pause and partition, which must pass, then the must-fail check.
@@ -116,9 +116,9 @@ jepsen-long: jepsen-build
 JEPSEN_CI_TIME ?= 45s
 JEPSEN_CI_NODE_ARGS ?= --raft-log-store=boltdb
 jepsen-ci: jepsen-build
-	set -e; for w in register set bank; do \
-	  $(JEPSEN_BIN)/jepsen --node-bin $(JEPSEN_BIN)/cairn-node --workload $$w --time $(JEPSEN_CI_TIME) --nemesis partition,kill,pause --node-args="$(JEPSEN_CI_NODE_ARGS)" $(JEPSEN_ARGS); \
-	done
+	rc=0; for w in register set bank; do \
+	  $(JEPSEN_BIN)/jepsen --node-bin $(JEPSEN_BIN)/cairn-node --workload $$w --time $(JEPSEN_CI_TIME) --nemesis partition,kill,pause --node-args="$(JEPSEN_CI_NODE_ARGS)" $(JEPSEN_ARGS) || rc=1; \
+	done; exit $$rc
 	$(MAKE) jepsen-mustfail
 
 # The harness must catch a cluster that serves stale reads

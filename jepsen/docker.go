@@ -51,6 +51,11 @@ func newDockerCluster(ctx context.Context, cfg config, logDir string, logln func
 	_, errN := exec.LookPath("nft")
 	d.nft = errN == nil
 	d.env = append(os.Environ(), "COMPOSE_PROJECT_NAME="+d.project, "CAIRN_NET="+subnet)
+	if os.Getenv("CAIRN_IMAGE") == "" {
+		// An image of its own: building cairn:latest would replace the one
+		// `make cluster-up` or the compose test may be using.
+		d.env = append(d.env, "CAIRN_IMAGE=cairn-jepsen:latest")
+	}
 	for i := 1; i <= 5; i++ {
 		d.env = append(d.env, fmt.Sprintf("CAIRN_NODE%d_PORT=", i)) // set but empty: no fixed host port
 	}
