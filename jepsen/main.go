@@ -76,6 +76,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.gapMin, "nemesis-gap", 3*time.Second, "least quiet time between faults (up to twice this)")
 	fs.DurationVar(&cfg.holdMin, "nemesis-hold", 5*time.Second, "least time a fault lasts (up to twice this)")
 	fs.BoolVar(&cfg.unsafeReads, "unsafe-local-reads", false, "DANGER: start the nodes with --unsafe-local-reads (linearizable reads served locally, no read-index); for the must-fail check: the run should FAIL")
+	fs.DurationVar(&cfg.checkTimeout, "check-timeout", 5*time.Minute, "bound of porcupine's linearizability search (register); past it the verdict is unknown")
 	var nodeArgs string
 	fs.StringVar(&nodeArgs, "node-args", "", "more cairn-node flags for every node, space-separated (e.g. --raft-log-store=boltdb)")
 	if err := fs.Parse(args); err != nil {

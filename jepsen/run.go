@@ -37,6 +37,7 @@ type config struct {
 	recoveryTimeout  time.Duration // default 90s
 	startupTimeout   time.Duration // default 60s
 	skipBuildMessage bool
+	checkTimeout     time.Duration // porcupine search bound (0: the checker's default)
 }
 
 // outcome is what a run found.
@@ -212,7 +213,7 @@ func runTest(ctx context.Context, cfg config, out io.Writer) (res outcome, err e
 	hist := rec.history()
 	hist.Duration = cfg.duration
 	logln("jepsen: checking %d ops", len(hist.Ops))
-	res.result = check.Check(hist)
+	res.result = check.CheckWith(hist, check.Options{Timeout: cfg.checkTimeout})
 	if cr, ok := cl.(interface{ Crashes() []string }); ok {
 		for _, c := range cr.Crashes() {
 			logln("jepsen: NODE CRASHED: %s", c)
