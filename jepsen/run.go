@@ -20,24 +20,23 @@ import (
 
 // config is one run's settings (the command line).
 type config struct {
-	nodes            int
-	duration         time.Duration
-	workload         string
-	nemeses          []string
-	seed             int64
-	mode             string
-	out              string
-	clients          int
-	rate             float64
-	opTimeout        time.Duration
-	nodeBin          string
-	gapMin, holdMin  time.Duration
-	unsafeReads      bool
-	nodeArgs         []string      // more cairn-node flags
-	recoveryTimeout  time.Duration // default 90s
-	startupTimeout   time.Duration // default 60s
-	skipBuildMessage bool
-	checkTimeout     time.Duration // porcupine search bound (0: the checker's default)
+	nodes           int
+	duration        time.Duration
+	workload        string
+	nemeses         []string
+	seed            int64
+	mode            string
+	out             string
+	clients         int
+	rate            float64
+	opTimeout       time.Duration
+	nodeBin         string
+	gapMin, holdMin time.Duration
+	unsafeReads     bool
+	nodeArgs        []string      // more cairn-node flags
+	recoveryTimeout time.Duration // default 90s
+	startupTimeout  time.Duration // default 60s
+	checkTimeout    time.Duration // porcupine search bound (0: the checker's default)
 }
 
 // outcome is what a run found.
