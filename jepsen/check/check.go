@@ -57,6 +57,8 @@ type Options struct {
 	// Timeout for the linearizability search (register); <= 0 means
 	// DefaultTimeout.
 	Timeout time.Duration
+
+	noPrune bool // tests: search the whole register history
 }
 
 // Result is the outcome of a check; it is what summary.json holds.
@@ -96,6 +98,10 @@ func Check(h *history.History) Result {
 func CheckWith(h *history.History, o Options) Result {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
+	}
+	if h == nil {
+		return Result{Status: Unknown, Counts: map[string]map[history.Outcome]int{}, Faults: map[string]int{},
+			Anomalies: []string{}, Notes: []string{"no history"}}
 	}
 	r := Result{
 		Workload:  h.Workload,

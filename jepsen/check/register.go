@@ -30,6 +30,10 @@ type RegisterResult struct {
 	// Dropped: operations that constrain nothing (failed writes and reads,
 	// indeterminate reads, casts rejected before apply).
 	Dropped int `json:"dropped"`
+	// Pruned: indeterminate writes and casts nobody observed, removed
+	// before the search because they cannot change the verdict (see
+	// pruneUnobserved).
+	Pruned int `json:"pruned"`
 }
 
 // regState is the value of one register; Set is false before any write (a
@@ -193,8 +197,114 @@ func regOperations(h *history.History) (ops []porcupine.Operation, dropped int) 
 	return ops, dropped
 }
 
+// pruneUnobserved removes indeterminate writes and casts whose value no
+// operation observed, when that cannot change the verdict. The search cost
+// of porcupine grows exponentially with the indeterminate operations pending
+// on a key (each may or may not have happened, anywhere after its call);
+// most of them never took effect, and nobody saw their value.
+//
+// An Info write or cas w of value v on key k is removed when no read of k
+// returned v, no cas on k expected v, and no cas on k that failed its
+// comparison returned at or after w's call. The history is linearizable
+// with w iff it is without w:
+//   - without ⇒ with: place w last (its return is +∞).
+//   - with ⇒ without: take a linearization and delete w. Only the operations
+//     between w and the next change of the register saw v; none is a read
+//     (nobody read v), an acknowledged cas (none expected v) or a failed one
+//     (none returned after w's call, so none is placed after w); an Info cas
+//     there (expecting something other than v) was a no-op and moves to the
+//     end, where it is legal whatever it does.
+//
+// Removing one such operation leaves the conditions of the others intact,
+// so all are removed at once.
+//
+// Then, an Info write or cas that is the only operation that could have
+// produced its value v, and whose v was observed (by a read returning it or
+// an acknowledged cas expecting it), took effect before the first of those
+// observers returned: its return time becomes that instant instead of +∞.
+// Every linearization of the history already places it there, so the
+// verdict is the same, and the search no longer carries it to the end.
+func pruneUnobserved(ops []porcupine.Operation) (kept []porcupine.Operation, pruned int) {
+	type keyInfo struct {
+		observed      map[int64]bool
+		lastFailedCAS int64
+		haveFailedCAS bool
+	}
+	keys := map[string]*keyInfo{}
+	for _, op := range ops {
+		in, out := op.Input.(regInput), op.Output.(regOutput)
+		k := keys[in.Key]
+		if k == nil {
+			k = &keyInfo{observed: map[int64]bool{}}
+			keys[in.Key] = k
+		}
+		switch {
+		case in.F == history.Read && out.Found:
+			k.observed[out.Value] = true
+		case in.F == history.CAS:
+			k.observed[in.Expected] = true
+			if out.Outcome == history.Fail && (!k.haveFailedCAS || op.Return > k.lastFailedCAS) {
+				k.lastFailedCAS, k.haveFailedCAS = op.Return, true
+			}
+		}
+	}
+	kept = ops[:0:0]
+	for _, op := range ops {
+		in, out := op.Input.(regInput), op.Output.(regOutput)
+		k := keys[in.Key]
+		if out.Outcome == history.Info && (in.F == history.Write || in.F == history.CAS) &&
+			!k.observed[in.Value] && (!k.haveFailedCAS || k.lastFailedCAS < op.Call) {
+			pruned++
+			continue
+		}
+		kept = append(kept, op)
+	}
+	// Bound the return of observed indeterminate producers.
+	type kv struct {
+		key string
+		v   int64
+	}
+	producers := map[kv]int{}
+	firstSeen := map[kv]int64{}
+	for _, op := range kept {
+		in, out := op.Input.(regInput), op.Output.(regOutput)
+		switch {
+		case in.F == history.Write, in.F == history.CAS && out.Outcome != history.Fail:
+			producers[kv{in.Key, in.Value}]++
+		}
+		var seen kv
+		switch {
+		case in.F == history.Read && out.Outcome == history.OK && out.Found:
+			seen = kv{in.Key, out.Value}
+		case in.F == history.CAS && out.Outcome == history.OK:
+			seen = kv{in.Key, in.Expected}
+		default:
+			continue
+		}
+		if t, ok := firstSeen[seen]; !ok || op.Return < t {
+			firstSeen[seen] = op.Return
+		}
+	}
+	for i := range kept {
+		op := &kept[i]
+		in, out := op.Input.(regInput), op.Output.(regOutput)
+		if out.Outcome != history.Info || in.F == history.Read {
+			continue
+		}
+		k := kv{in.Key, in.Value}
+		if t, ok := firstSeen[k]; ok && producers[k] == 1 {
+			op.Return = max(op.Call, t)
+		}
+	}
+	return kept, pruned
+}
+
 func checkRegister(h *history.History, o Options, r *Result) {
 	ops, dropped := regOperations(h)
+	pruned := 0
+	if !o.noPrune {
+		ops, pruned = pruneUnobserved(ops)
+	}
 	parts := regModel.Partition(ops)
 	keys := make([]string, len(parts))
 	for i, p := range parts {
@@ -215,6 +325,7 @@ func checkRegister(h *history.History, o Options, r *Result) {
 		Timeout:     o.Timeout.String(),
 		CheckTime:   took.Round(time.Millisecond).String(),
 		Dropped:     dropped,
+		Pruned:      pruned,
 	}
 	r.Register = rr
 	r.regInfo = &info
@@ -368,6 +479,14 @@ func explainRegister(h *history.History, part []porcupine.Operation) []string {
 		}
 	}
 	sort.SliceStable(acked, func(a, b int) bool { return acked[a].Return < acked[b].Return })
+	// latest[i]: the index in acked[:i+1] of the write invoked last.
+	latest := make([]int, len(acked))
+	for i := range acked {
+		latest[i] = i
+		if i > 0 && acked[latest[i-1]].Call > acked[i].Call {
+			latest[i] = latest[i-1]
+		}
+	}
 
 	const maxPerKey = 5
 	var out []string
@@ -412,27 +531,23 @@ func explainRegister(h *history.History, part []porcupine.Operation) []string {
 		}
 		// The latest acknowledged write w that completed before the read
 		// began and strictly follows every writer of the observed value.
+		// The acknowledged write that completed before the read began and
+		// began last (it is the likeliest to strictly follow the writers of
+		// what the read saw).
 		var stale *history.Op
-		for i := len(acked) - 1; i >= 0; i-- {
-			w := acked[i]
-			if w.Return >= rd.op.Call {
-				continue
-			}
-			if rd.found && w.Value == rd.v {
-				break // the read saw w itself (or an equal value): fine
-			}
+		if i := sort.Search(len(acked), func(i int) bool { return acked[i].Return >= rd.op.Call }) - 1; i >= 0 {
+			w := &acked[latest[i]]
 			older := true
 			if rd.found {
 				for _, u := range writers[rd.v] {
 					if u.Outcome != history.OK || u.Return >= w.Call {
-						older = false
+						older = false // includes w itself having written the value
 					}
 				}
 			}
 			if older {
-				stale = &w
+				stale = w
 			}
-			break
 		}
 		if stale == nil {
 			continue

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -214,6 +215,11 @@ func TestRegisterAnomalies(t *testing.T) {
 // even after the process moved on, or never); outputs are what the register
 // held at that instant.
 func simRegister(rng *rand.Rand, keys, procs, opsPerProc int, infoRate float64) *history.History {
+	return simRegisterMix(rng, keys, procs, opsPerProc, infoRate, 3)
+}
+
+// simRegisterMix is simRegister with casTenths of every ten operations a cas.
+func simRegisterMix(rng *rand.Rand, keys, procs, opsPerProc int, infoRate float64, casTenths int) *history.History {
 	type ev struct {
 		at  time.Duration
 		idx int
@@ -231,7 +237,7 @@ func simRegister(rng *rand.Rand, keys, procs, opsPerProc int, infoRate float64) 
 			switch x := rng.IntN(10); {
 			case x < 4:
 				op.F = history.Read
-			case x < 7:
+			case x < 10-casTenths:
 				op.F = history.Write
 				next++
 				op.Value = next
@@ -391,4 +397,116 @@ func TestMalformedHistoryIsUnknown(t *testing.T) {
 	mustStatus(t, Check(h), Unknown)
 	h = &history.History{Workload: "queue"}
 	mustStatus(t, Check(h), Unknown)
+}
+
+// FuzzRegisterSimulation: every simulated linearizable history is accepted.
+func FuzzRegisterSimulation(f *testing.F) {
+	for i := uint64(0); i < 8; i++ {
+		f.Add(i, uint8(3), uint8(5), uint8(40), uint8(5))
+	}
+	f.Fuzz(func(t *testing.T, seed uint64, keys, procs, n, infoPct uint8) {
+		rng := rand.New(rand.NewPCG(seed, 9))
+		h := simRegister(rng, 1+int(keys%5), 1+int(procs%10), 1+int(n%80), float64(infoPct%20)/100)
+		r := CheckWith(h, Options{Timeout: 20 * time.Second})
+		if r.Status == Invalid {
+			t.Fatalf("linearizable history rejected:\n%s", Verdict(r))
+		}
+	})
+}
+
+// FuzzCheck: arbitrary histories never panic and never come out valid with
+// an anomaly or invalid without one.
+func FuzzCheck(f *testing.F) {
+	f.Add([]byte(`{"workload":"register","ops":[{"process":0,"f":"write","call":1,"return":2,"outcome":"ok","key":"k","value":1},{"process":1,"f":"read","call":3,"return":4,"outcome":"ok","key":"k","value":2,"found":true}]}`))
+	f.Add([]byte(`{"workload":"set","ops":[{"f":"add","call":1,"return":2,"outcome":"ok","value":1},{"f":"read-all","call":3,"return":4,"outcome":"ok","values":[2,2]}]}`))
+	f.Add([]byte(`{"workload":"bank","accounts":2,"total":10,"ops":[{"f":"read-banks","call":1,"return":2,"outcome":"ok","balances":[-1]}]}`))
+	f.Add([]byte(`{"workload":"register","ops":[{"f":"cas","call":1,"return":0,"outcome":"info","key":"k","expected":3,"value":1}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var h history.History
+		if json.Unmarshal(b, &h) != nil || len(h.Ops) > 200 {
+			return
+		}
+		r := CheckWith(&h, Options{Timeout: time.Second})
+		if r.Valid != (r.Status == Valid) || (r.Status == Invalid) != (len(r.Anomalies) > 0) {
+			t.Fatalf("inconsistent result: %s", Verdict(r))
+		}
+		_ = Verdict(r)
+		if _, err := json.Marshal(r); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestPruneKeepsVerdict: removing unobserved indeterminate operations never
+// changes porcupine's verdict, on valid histories and on corrupted ones.
+func TestPruneKeepsVerdict(t *testing.T) {
+	pruned, invalid := 0, 0
+	for seed := 0; seed < 150; seed++ {
+		rng := rand.New(rand.NewPCG(uint64(seed), 10))
+		h := simRegisterMix(rng, 1+rng.IntN(2), 2+rng.IntN(4), 5+rng.IntN(20), 0.3*rng.Float64(), rng.IntN(4))
+		// Corrupt half of them: a read sees another written value, or an
+		// acknowledged operation becomes indeterminate or vice versa.
+		if seed%2 == 1 {
+			for i := 0; i < 1+rng.IntN(2); i++ {
+				op := &h.Ops[rng.IntN(len(h.Ops))]
+				switch {
+				case op.F == history.Read && op.Outcome == history.OK:
+					op.Found, op.Value = true, h.Ops[rng.IntN(len(h.Ops))].Value
+				case op.Outcome == history.Info:
+					op.Outcome = history.OK
+				case op.Outcome == history.Fail && op.F == history.CAS:
+					op.Outcome = history.OK
+				default:
+					op.Outcome = history.Info
+				}
+			}
+		}
+		full := CheckWith(h, Options{Timeout: 20 * time.Second, noPrune: true})
+		fast := CheckWith(h, Options{Timeout: 20 * time.Second})
+		if full.Status == Unknown {
+			continue
+		}
+		if full.Status != fast.Status || !reflect.DeepEqual(full.Register.PerKey, fast.Register.PerKey) {
+			t.Fatalf("seed %d: without pruning %s, with %d pruned %s", seed, Verdict(full), fast.Register.Pruned, Verdict(fast))
+		}
+		pruned += fast.Register.Pruned
+		if full.Status == Invalid {
+			invalid++
+		}
+	}
+	if pruned < 20 || invalid < 20 {
+		t.Fatalf("pruned %d operations, %d invalid histories: the test does not exercise pruning", pruned, invalid)
+	}
+	t.Logf("pruned %d operations, %d invalid histories", pruned, invalid)
+}
+
+// TestPruneMakesHardHistoryDecidable: ten clients on one key with many
+// indeterminate writes defeats the search without pruning.
+func TestPruneMakesHardHistoryDecidable(t *testing.T) {
+	rng := rand.New(rand.NewPCG(24, 9))
+	h := simRegisterMix(rng, 1, 10, 60, 0.13, 0)
+	r := CheckWith(h, Options{Timeout: 50 * time.Second}) // well under 1 s of CPU; the machine may be loaded
+	mustStatus(t, r, Valid)
+	if r.Register.Pruned == 0 {
+		t.Fatalf("nothing pruned: %s", Verdict(r))
+	}
+}
+
+func TestVerdict(t *testing.T) {
+	h := regHistory(
+		rop(0, history.Write, 0, 1, history.OK, "k", 1),
+		rop(0, history.Write, 2, 3, history.Info, "k", 2),
+		rop(1, history.Read, 4, 5, history.Fail, "k", 0),
+	)
+	h.Faults = []history.Fault{{Nemesis: "kill", Start: ms(1), End: ms(2)}, {Nemesis: "kill", Start: ms(3)}, {Nemesis: "pause", Start: ms(3)}}
+	v := Verdict(Check(h))
+	for _, want := range []string{"register: VALID", "3 ops (1 ok, 1 fail, 1 info)", "faults: 2 kill, 1 pause", "1 keys checked, 0 with a violation"} {
+		if !strings.Contains(v, want) {
+			t.Fatalf("verdict lacks %q:\n%s", want, v)
+		}
+	}
+	r := Check(setHistory(add(0, 0, 1, history.OK, 1), readAll(0, 2, 3, history.Fail)))
+	if v := Verdict(r); !strings.HasPrefix(v, "set: UNKNOWN") || !strings.Contains(v, "note: ") {
+		t.Fatalf("verdict:\n%s", v)
+	}
 }

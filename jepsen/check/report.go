@@ -151,6 +151,7 @@ func writeVisualization(path string, h *history.History, r Result) (err error) {
 	} else {
 		// A Result decoded from JSON: search again.
 		ops, _ := regOperations(h)
+		ops, _ = pruneUnobserved(ops)
 		_, info = porcupine.CheckOperationsVerbose(regModel, ops, DefaultTimeout)
 	}
 	var ann []porcupine.Annotation
