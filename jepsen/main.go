@@ -37,6 +37,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "jepsen: %v\n", err)
 		os.Exit(2)
 	}
+	if cfg.recheck != "" {
+		os.Exit(recheck(cfg))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	res, err := runTest(ctx, cfg, os.Stdout)
 	stop()
@@ -77,6 +80,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.holdMin, "nemesis-hold", 5*time.Second, "least time a fault lasts (up to twice this)")
 	fs.BoolVar(&cfg.unsafeReads, "unsafe-local-reads", false, "DANGER: start the nodes with --unsafe-local-reads (linearizable reads served locally, no read-index); for the must-fail check: the run should FAIL")
 	fs.DurationVar(&cfg.checkTimeout, "check-timeout", 5*time.Minute, "bound of porcupine's linearizability search (register); past it the verdict is unknown")
+	fs.StringVar(&cfg.recheck, "recheck", "", "check the history of an earlier run's results directory again (no cluster), rewriting its report")
 	var nodeArgs string
 	fs.StringVar(&nodeArgs, "node-args", "", "more cairn-node flags for every node, space-separated (e.g. --raft-log-store=boltdb)")
 	if err := fs.Parse(args); err != nil {
@@ -115,4 +119,32 @@ func parseFlags(args []string) (config, error) {
 
 func nemesisNames() []string {
 	return []string{"kill", "pause", "partition", "membership", "restart"}
+}
+
+// recheck checks a results directory's history again and rewrites its
+// report (after a checker change, or with a longer --check-timeout).
+func recheck(cfg config) int {
+	h, err := check.ReadHistory(cfg.recheck)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "jepsen: %v\n", err)
+		return 3
+	}
+	r := check.CheckWith(h, check.Options{Timeout: cfg.checkTimeout})
+	if err := check.WriteReport(cfg.recheck, h, r); err != nil {
+		fmt.Fprintf(os.Stderr, "jepsen: %v\n", err)
+	}
+	for _, a := range r.Anomalies {
+		fmt.Printf("ANOMALY: %s\n", a)
+	}
+	for _, n := range r.Notes {
+		fmt.Printf("note: %s\n", n)
+	}
+	fmt.Printf("jepsen: %s: %s workload, %d ops; report in %s\n", strings.ToUpper(string(r.Status)), h.Workload, len(h.Ops), cfg.recheck)
+	switch r.Status {
+	case check.Valid:
+		return 0
+	case check.Invalid:
+		return 1
+	}
+	return 4
 }

@@ -37,6 +37,7 @@ type config struct {
 	recoveryTimeout time.Duration // default 90s
 	startupTimeout  time.Duration // default 60s
 	checkTimeout    time.Duration // porcupine search bound (0: the checker's default)
+	recheck         string        // a results directory to check again (no run)
 }
 
 // outcome is what a run found.
