@@ -246,10 +246,23 @@ func (c *localCluster) Partition(cut [][2]int) error {
 }
 
 // Close kills every node, removes the network and the data directories.
+// After a failed run (KeepData) it first sends SIGQUIT, so that every
+// node's log ends with its goroutine dump.
 func (c *localCluster) Close() error {
+	c.mu.Lock()
+	dump := c.keepDir != ""
+	c.mu.Unlock()
 	for i := range c.procs {
 		if p := c.proc(i); p != nil {
 			p.expected.Store(true)
+			if dump {
+				_ = p.cmd.Process.Signal(syscall.SIGCONT)
+				_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+				select {
+				case <-p.done:
+				case <-time.After(5 * time.Second):
+				}
+			}
 			_ = p.cmd.Process.Signal(syscall.SIGKILL)
 			select {
 			case <-p.done:
