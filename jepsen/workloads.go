@@ -39,10 +39,10 @@ type registerWorkload struct {
 	activeKeys  int
 	opsPerKey   int64
 	infosPerKey int64
-	nextValue  atomic.Int64
-	mu         sync.Mutex
-	keys       []*regKey
-	nextKey    int
+	nextValue   atomic.Int64
+	mu          sync.Mutex
+	keys        []*regKey
+	nextKey     int
 }
 
 type regKey struct {
