@@ -510,3 +510,40 @@ func TestVerdict(t *testing.T) {
 		t.Fatalf("verdict:\n%s", v)
 	}
 }
+
+// TestRegisterRandomFailedCASApplied makes a later read of a random valid
+// history see the value of a cas that reported a failed comparison.
+func TestRegisterRandomFailedCASApplied(t *testing.T) {
+	done := 0
+	for seed := 0; seed < 40 && done < 10; seed++ {
+		rng := rand.New(rand.NewPCG(uint64(seed), 12))
+		h := simRegister(rng, 2, 4, 40, 0.03)
+		c, rd := -1, -1
+		for i, op := range h.Ops {
+			if op.F == history.CAS && op.Outcome == history.Fail && compareFailed(op) {
+				for j, r := range h.Ops {
+					if r.F == history.Read && r.Outcome == history.OK && r.Key == op.Key && r.Call > op.Return {
+						c, rd = i, j
+						break
+					}
+				}
+			}
+			if rd >= 0 {
+				break
+			}
+		}
+		if rd < 0 {
+			continue
+		}
+		done++
+		h.Ops[rd].Found, h.Ops[rd].Value = true, h.Ops[c].Value
+		r := Check(h)
+		mustStatus(t, r, Invalid)
+		if !hasAnomaly(r, "cas-failed-but-applied") {
+			t.Fatalf("seed %d: %s then %s: %q", seed, describe(h.Ops[c]), describe(h.Ops[rd]), r.Anomalies)
+		}
+	}
+	if done < 5 {
+		t.Fatalf("only %d histories had a failed cas followed by a read", done)
+	}
+}

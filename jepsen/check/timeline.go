@@ -42,7 +42,7 @@ func cssColor(name string) string {
 // timeline is the per-second series of a history.
 type timeline struct {
 	seconds            int
-	ok, fail, info     []float64 // operations completed (info: invoked) per second
+	ok, fail, info     []float64 // operations completed (info: given up on) per second
 	p50, p99           []float64 // latency of ok and fail operations completed in that second, ms; NaN when none
 	maxLatencyMs, maxN float64
 }
@@ -67,7 +67,12 @@ func buildTimeline(h *history.History) timeline {
 	for _, op := range h.Ops {
 		switch op.Outcome {
 		case history.Info:
-			t.info[sec(op.Call)]++
+			// When the client gave up, if recorded; else when it asked.
+			at := op.Call
+			if op.Return > op.Call {
+				at = op.Return
+			}
+			t.info[sec(at)]++
 			continue
 		case history.OK:
 			t.ok[sec(op.Return)]++
