@@ -109,7 +109,17 @@ func TestParseFlags(t *testing.T) {
 	if len(cfg.nemeses) != 5 || cfg.seed != 7 || cfg.workload != "bank" {
 		t.Fatalf("parsed %+v", cfg)
 	}
-	for _, bad := range [][]string{{"--nemesis", "clock"}, {"--mode", "vm"}, {"--nodes", "0"}, {"extra"}} {
+	cfg, err = parseFlags([]string{"--scenario", "remove-leader"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.workload != "register" || cfg.seed != 7 || len(cfg.nemeses) != 1 || cfg.nemeses[0] != "membership" {
+		t.Fatalf("scenario remove-leader parsed as %+v", cfg)
+	}
+	if cfg, _ := parseFlags([]string{"--scenario", "unsafe-local-reads"}); !cfg.unsafeReads {
+		t.Fatal("scenario unsafe-local-reads does not set unsafe reads")
+	}
+	for _, bad := range [][]string{{"--nemesis", "clock"}, {"--mode", "vm"}, {"--nodes", "0"}, {"extra"}, {"--scenario", "nope"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("%v: no error", bad)
 		}

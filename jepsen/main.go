@@ -81,6 +81,8 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.unsafeReads, "unsafe-local-reads", false, "DANGER: start the nodes with --unsafe-local-reads (linearizable reads served locally, no read-index); for the must-fail check: the run should FAIL")
 	fs.DurationVar(&cfg.checkTimeout, "check-timeout", 5*time.Minute, "bound of porcupine's linearizability search (register); past it the verdict is unknown")
 	fs.StringVar(&cfg.recheck, "recheck", "", "check the history of an earlier run's results directory again (no cluster), rewriting its report")
+	var scenarioName string
+	fs.StringVar(&scenarioName, "scenario", "", "run a named scenario that reproduced a bug (overrides workload, nemesis, time, seed): "+strings.Join(scenarioNames(), ", "))
 	var nodeArgs string
 	fs.StringVar(&nodeArgs, "node-args", "", "more cairn-node flags for every node, space-separated (e.g. --raft-log-store=boltdb)")
 	if err := fs.Parse(args); err != nil {
@@ -109,6 +111,11 @@ func parseFlags(args []string) (config, error) {
 				return cfg, fmt.Errorf("--nemesis: unknown nemesis %q (%s)", n, strings.Join(nemesisNames(), ", "))
 			}
 			cfg.nemeses = append(cfg.nemeses, n)
+		}
+	}
+	if scenarioName != "" {
+		if err := applyScenario(&cfg, scenarioName); err != nil {
+			return cfg, err
 		}
 	}
 	if cfg.seed == 0 {

@@ -38,6 +38,7 @@ type config struct {
 	startupTimeout  time.Duration // default 60s
 	checkTimeout    time.Duration // porcupine search bound (0: the checker's default)
 	recheck         string        // a results directory to check again (no run)
+	scenarioExpect  string        // what a --scenario run should show
 }
 
 // outcome is what a run found.
@@ -94,6 +95,9 @@ func runTest(ctx context.Context, cfg config, out io.Writer) (res outcome, err e
 	}
 	logln("jepsen: workload %s, %d nodes, %v, nemeses %v, seed %d, mode %s; results in %s",
 		cfg.workload, cfg.nodes, cfg.duration, cfg.nemeses, cfg.seed, cfg.mode, res.dir)
+	if cfg.scenarioExpect != "" {
+		logln("jepsen: scenario: expect %s", cfg.scenarioExpect)
+	}
 	if cfg.unsafeReads {
 		logln("jepsen: UNSAFE: nodes serve linearizable reads locally (--unsafe-local-reads); this run is expected to fail")
 	}
