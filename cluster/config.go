@@ -147,6 +147,14 @@ type Config struct {
 	// NonVoter asks the leader to keep this node a non-voter.
 	NonVoter bool
 
+	// UnsafeLocalReads BREAKS LINEARIZABILITY on purpose: every node
+	// serves linearizable reads from its local state machine, without the
+	// read-index step or forwarding to the leader (as if they were
+	// serializable). It exists only for the jepsen harness's must-fail
+	// check (a harness that cannot catch this proves nothing); cairn-node
+	// sets it from a flag its usage does not list.
+	UnsafeLocalReads bool
+
 	// GossipProfile selects memberlist's timings (membership.ProfileLAN by
 	// default; ProfileLocal for loopback clusters and tests).
 	GossipProfile membership.Profile

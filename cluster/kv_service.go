@@ -91,6 +91,9 @@ func read[Resp headered](ctx context.Context, n *Node, c cairnpb.Consistency,
 		}
 		return resp, nil
 	}
+	if n.cfg.UnsafeLocalReads && c == cairnpb.Consistency_LINEARIZABLE {
+		c = cairnpb.Consistency_SERIALIZABLE // jepsen's must-fail check only (Config.UnsafeLocalReads)
+	}
 	switch c {
 	case cairnpb.Consistency_SERIALIZABLE:
 		resp, err := serve()

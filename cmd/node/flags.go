@@ -31,6 +31,7 @@ type options struct {
 	bootstrapExpect                         int
 	gossipKey                               string
 	nonVoter                                bool
+	unsafeLocalReads                        bool
 	maxValueSize, memtableSize, cacheSize   sizeFlag
 	logLevel                                string
 	configFile                              string
@@ -55,6 +56,9 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "form a new cluster once this many servers are seen (default 1 without --join, 0 with it: join an existing cluster)")
 	fs.StringVar(&o.gossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) encrypting gossip; the same on every node (recommended: memberlist v0.6 lacks v0.7's malformed-packet hardening)")
 	fs.BoolVar(&o.nonVoter, "non-voter", false, "stay a non-voting member (a read replica)")
+	// Hidden (printUsage skips "unsafe-" flags): for the jepsen harness's
+	// must-fail check only.
+	fs.BoolVar(&o.unsafeLocalReads, "unsafe-local-reads", false, "BREAKS LINEARIZABILITY: serve linearizable reads locally, without read-index (jepsen must-fail check only)")
 	o.maxValueSize = sizeFlag(cairnpb.DefaultMaxValueSize)
 	fs.Var(&o.maxValueSize, "max-value-size", "largest value a write may carry (same on every node), e.g. 16MiB")
 	o.memtableSize = 16 << 20
@@ -71,9 +75,15 @@ func newFlagSet(o *options) *flag.FlagSet {
 
 func printUsage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintf(w, "%s\n\nFlags:\n", usageLine)
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
+	// PrintDefaults of a copy without the hidden flags.
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	fs.VisitAll(func(f *flag.Flag) {
+		if !strings.HasPrefix(f.Name, "unsafe-") {
+			shown.Var(f.Value, f.Name, f.Usage)
+		}
+	})
+	shown.SetOutput(w)
+	shown.PrintDefaults()
 }
 
 // parseFlags parses args and the --config file. Errors are exitErrors with
@@ -195,6 +205,7 @@ func (o *options) clusterConfig(stderr io.Writer) (cluster.Config, error) {
 		Join:                o.join,
 		BootstrapExpect:     expect,
 		NonVoter:            o.nonVoter,
+		UnsafeLocalReads:    o.unsafeLocalReads,
 		MaxValueSize:        int(o.maxValueSize),
 		Engine: &lsm.Options{
 			MemTableSizeBytes: int64(o.memtableSize),
