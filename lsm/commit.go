@@ -364,7 +364,7 @@ func (d *DB) createWAL(n base.FileNum) (vfs.File, error) {
 		f.Close()
 		return nil, err
 	}
-	return f, nil
+	return newWALFile(f, d.opts), nil
 }
 
 // syncDir makes the directory's entries durable.
