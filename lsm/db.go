@@ -116,6 +116,8 @@ type dbStats struct {
 	slowdownTime, stopTime     time.Duration
 	walBytes, walSyncs, groups int64
 	writes                     int64
+	// subcompactions counts the compactions split into parallel parts.
+	subcompactions int64
 }
 
 // Get returns a copy of the latest value of key, or ErrNotFound.

@@ -13,6 +13,9 @@ type levelIter struct {
 	idx   int // index of the file under iter; -1 or len(files) when none
 	iter  base.InternalIterator
 	err   error
+	// newIter, if set, opens a file's iterator instead of the table
+	// cache's reader (compactions read through their own readers).
+	newIter func(f *version.FileMetadata) (base.InternalIterator, error)
 }
 
 func newLevelIter(tc *tableCache, files []*version.FileMetadata) *levelIter {
@@ -30,6 +33,15 @@ func (l *levelIter) open(i int) bool {
 	l.idx = i
 	if l.err != nil || i < 0 || i >= len(l.files) {
 		return false
+	}
+	if l.newIter != nil {
+		it, err := l.newIter(l.files[i])
+		if err != nil {
+			l.err = err
+			return false
+		}
+		l.iter = it
+		return true
 	}
 	r, err := l.tc.get(l.files[i])
 	if err != nil {
