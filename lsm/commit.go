@@ -262,7 +262,7 @@ func (d *DB) makeRoomForWriteLocked(b *Batch) error {
 			continue
 		case d.mu.mem.fits(b.Len(), b.Count()):
 			return nil
-		case len(d.mu.imm)+1 >= d.opts.MemTableStopWritesThreshold:
+		case d.immStopLocked():
 			d.stallLocked()
 			continue
 		case l0 >= d.opts.L0StopWritesThreshold:
@@ -343,7 +343,11 @@ func (d *DB) switchMemTableLocked(n, count int) error {
 	if newFile != nil {
 		d.mu.log.w = record.NewWriter(newFile)
 	}
-	size := d.opts.MemTableSizeBytes
+	// Memtables grow from initialMemTableBytes, doubling up to
+	// MemTableSizeBytes: a small DB keeps a small arena, and the first
+	// writes insert into a small, cache-friendly skiplist.
+	size := d.mu.memNextSize
+	d.mu.memNextSize = min(2*d.mu.memNextSize, d.opts.MemTableSizeBytes)
 	if need := int64(n) + int64(count)*memTableArenaOverheadBytes + 1<<16; need > size {
 		size = need
 	}
@@ -352,6 +356,18 @@ func (d *DB) switchMemTableLocked(n, count int) error {
 	d.updateReadStateLocked()
 	d.maybeScheduleFlushLocked()
 	return nil
+}
+
+// initialMemTableBytes is the size of a DB's first memtable (or
+// MemTableSizeBytes if smaller); each next one doubles, up to
+// MemTableSizeBytes.
+const initialMemTableBytes = 256 << 10
+
+func initialMemTableSize(o *Options) int64 {
+	if o.testInitialMemTableBytes > 0 {
+		return min(o.testInitialMemTableBytes, o.MemTableSizeBytes)
+	}
+	return min(initialMemTableBytes, o.MemTableSizeBytes)
 }
 
 // createWAL creates WAL n and makes its directory entry durable.

@@ -56,6 +56,8 @@ type DB struct {
 		// flushed, oldest first.
 		mem *memTable
 		imm []*memTable
+		// memNextSize is the arena size of the next memtable.
+		memNextSize int64
 		// writers is the commit queue; its front is the leader.
 		writers []*writer
 		log     struct {

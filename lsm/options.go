@@ -158,6 +158,9 @@ type Options struct {
 	// unwanted (e.g. network file systems); it is also the fallback where
 	// fallocate is unsupported.
 	DisableWALMmap bool
+	// testInitialMemTableBytes, if > 0, replaces initialMemTableBytes
+	// (tests that need one memtable, hence one WAL, from the start).
+	testInitialMemTableBytes int64
 
 	// MinBlobSize turns on key-value separation (lsm/blob): at flush and
 	// at compaction, values of at least this many bytes are written to
