@@ -348,6 +348,13 @@ func (d *DB) switchMemTableLocked(n, count int) error {
 	// writes insert into a small, cache-friendly skiplist.
 	size := d.mu.memNextSize
 	d.mu.memNextSize = min(2*d.mu.memNextSize, d.opts.MemTableSizeBytes)
+	if n == 0 && count == 0 {
+		// A Flush (or Compact, Checkpoint): writes may have stopped, so
+		// start small again rather than allocate (and zero) a full-size
+		// arena that may stay empty.
+		size = initialMemTableSize(d.opts)
+		d.mu.memNextSize = min(2*size, d.opts.MemTableSizeBytes)
+	}
 	if need := int64(n) + int64(count)*memTableArenaOverheadBytes + 1<<16; need > size {
 		size = need
 	}

@@ -61,6 +61,13 @@ func TestMemTableGrowth(t *testing.T) {
 	if err := d.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	// After a Flush the memtable starts small again.
+	d.mu.Lock()
+	after := d.mu.mem.capacityBytes
+	d.mu.Unlock()
+	if after != initialMemTableBytes {
+		t.Fatalf("memtable of %d bytes after Flush, want %d", after, initialMemTableBytes)
+	}
 	check(d)
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
