@@ -39,6 +39,7 @@ func main() {
 	flag.Int64Var(&def.BadgerValueThreshold, "badger-value-threshold", 0, "Badger ValueThreshold (0: Badger's default)")
 	flag.IntVar(&def.PebbleValueSepMin, "pebble-value-sep-min", 0, "Pebble value separation for values >= this size (0: off)")
 	flag.Int64Var(&def.CairnMinBlobSize, "cairn-min-blob-size", 0, "cairn lsm.Options.MinBlobSize (0: engine default; needs an engine that has the field)")
+	flag.BoolVar(&def.CairnDisableWALMmap, "cairn-disable-wal-mmap", false, "cairn lsm.Options.DisableWALMmap: WAL appends by write(2)")
 	flag.Parse()
 
 	if *seed == 0 {
