@@ -12,9 +12,12 @@ import (
 	"github.com/cairnkv/cairn/lsm/vfs"
 )
 
-// walChunkBytes is how much of a mapped WAL is reserved (fallocate) and
-// mapped at a time. A multiple of the page size and of record.BlockSize.
-const walChunkBytes = 4 << 20
+// walChunkBytes is how much of a mapped WAL is reserved (fallocate),
+// mapped and faulted in at a time. A multiple of the page size and of
+// record.BlockSize. Faulting a chunk in dirties all of it, so a WAL closed
+// early (a small memtable's) may write up to one chunk of zeros that
+// Close's truncation did not cancel in time: 1 MiB bounds that.
+const walChunkBytes = 1 << 20
 
 // mmapWAL is a WAL file on the operating system's file system that the
 // record writer appends to through a shared memory mapping instead of
@@ -24,7 +27,7 @@ const walChunkBytes = 4 << 20
 // MAP_SHARED, so they belong to the file, not to the process) and survive a
 // kill of the process; Sync (fsync) makes them durable as before.
 //
-// Space is reserved chunk by chunk with fallocate before a chunk is mapped,
+// Space is reserved chunk by chunk (1 MiB) with fallocate before a chunk is mapped,
 // so that a full disk is an error from Write, never a SIGBUS on a store
 // into a hole. The file is therefore longer than what was written, with a
 // zero-filled tail, which the record reader reads as a clean end (see
