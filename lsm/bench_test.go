@@ -199,3 +199,82 @@ func benchFillSync(b *testing.B, d *DB) {
 		}
 	}
 }
+
+// BenchmarkDBBenchFill is bench/engine's fillseq and fillrandom in one
+// process, for profiling: 16-byte decimal keys, 100-byte random values, a
+// 64 MiB memtable, one Put per key, NoSync. Run with a fixed -benchtime
+// (e.g. 250000x) so that both fills write the same keys.
+func BenchmarkDBBenchFill(b *testing.B) {
+	for _, order := range []string{"seq", "random"} {
+		b.Run(order, func(b *testing.B) {
+			d, err := Open(b.TempDir(), &Options{FS: vfs.Default, MemTableSizeBytes: 64 << 20, CacheSizeBytes: 64 << 20})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer d.Close()
+			rng := rand.New(rand.NewPCG(7, 7))
+			pool := make([]byte, 1<<20+100)
+			for i := range pool {
+				pool[i] = byte(rng.Uint32())
+			}
+			keys := make([]int, b.N)
+			for i := range keys {
+				keys[i] = i
+			}
+			if order == "random" {
+				rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+			}
+			var kb [16]byte
+			b.SetBytes(116)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for _, k := range keys {
+				n := uint64(2 * k)
+				for i := 15; i >= 0; i-- {
+					kb[i] = byte('0' + n%10)
+					n /= 10
+				}
+				off := rng.IntN(1 << 20)
+				if err := d.Put(kb[:], pool[off:off+100], NoSync); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDBBenchCompact is bench/engine's compact after fillrandom:
+// 250,000 random 16-byte keys with 100-byte random values in a 64 MiB
+// memtable, then a timed Compact(nil, nil) (flush, then every level down).
+func BenchmarkDBBenchCompact(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		d, err := Open(b.TempDir(), &Options{FS: vfs.Default, MemTableSizeBytes: 64 << 20, CacheSizeBytes: 64 << 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(7, 7))
+		pool := make([]byte, 1<<20+100)
+		for i := range pool {
+			pool[i] = byte(rng.Uint32())
+		}
+		var kb [16]byte
+		for _, k := range rng.Perm(250_000) {
+			n := uint64(2 * k)
+			for i := 15; i >= 0; i-- {
+				kb[i] = byte('0' + n%10)
+				n /= 10
+			}
+			off := rng.IntN(1 << 20)
+			if err := d.Put(kb[:], pool[off:off+100], NoSync); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		if err := d.Compact(nil, nil); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		d.Close()
+	}
+}

@@ -262,7 +262,7 @@ func (d *DB) makeRoomForWriteLocked(b *Batch) error {
 			continue
 		case d.mu.mem.fits(b.Len(), b.Count()):
 			return nil
-		case len(d.mu.imm)+1 >= d.opts.MemTableStopWritesThreshold:
+		case d.immStopLocked():
 			d.stallLocked()
 			continue
 		case l0 >= d.opts.L0StopWritesThreshold:
@@ -343,7 +343,18 @@ func (d *DB) switchMemTableLocked(n, count int) error {
 	if newFile != nil {
 		d.mu.log.w = record.NewWriter(newFile)
 	}
-	size := d.opts.MemTableSizeBytes
+	// Memtables grow from initialMemTableBytes, doubling up to
+	// MemTableSizeBytes: a small DB keeps a small arena, and the first
+	// writes insert into a small, cache-friendly skiplist.
+	size := d.mu.memNextSize
+	d.mu.memNextSize = min(2*d.mu.memNextSize, d.opts.MemTableSizeBytes)
+	if n == 0 && count == 0 {
+		// A Flush (or Compact, Checkpoint): writes may have stopped, so
+		// start small again rather than allocate (and zero) a full-size
+		// arena that may stay empty.
+		size = initialMemTableSize(d.opts)
+		d.mu.memNextSize = min(2*size, d.opts.MemTableSizeBytes)
+	}
 	if need := int64(n) + int64(count)*memTableArenaOverheadBytes + 1<<16; need > size {
 		size = need
 	}
@@ -352,6 +363,18 @@ func (d *DB) switchMemTableLocked(n, count int) error {
 	d.updateReadStateLocked()
 	d.maybeScheduleFlushLocked()
 	return nil
+}
+
+// initialMemTableBytes is the size of a DB's first memtable (or
+// MemTableSizeBytes if smaller); each next one doubles, up to
+// MemTableSizeBytes.
+const initialMemTableBytes = 256 << 10
+
+func initialMemTableSize(o *Options) int64 {
+	if o.testInitialMemTableBytes > 0 {
+		return min(o.testInitialMemTableBytes, o.MemTableSizeBytes)
+	}
+	return min(initialMemTableBytes, o.MemTableSizeBytes)
 }
 
 // createWAL creates WAL n and makes its directory entry durable.
@@ -364,7 +387,7 @@ func (d *DB) createWAL(n base.FileNum) (vfs.File, error) {
 		f.Close()
 		return nil, err
 	}
-	return f, nil
+	return newWALFile(f, d.opts), nil
 }
 
 // syncDir makes the directory's entries durable.

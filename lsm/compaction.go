@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/internal/rangedel"
 	"github.com/cairnkv/cairn/lsm/sst"
 	"github.com/cairnkv/cairn/lsm/version"
-	"github.com/cairnkv/cairn/trace"
 )
 
 // maybeScheduleCompactionLocked starts the compaction goroutine when a
@@ -77,12 +77,14 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 		d.mu.Unlock()
 		var err error
 		res, err = d.compactTables(c, snapshots)
+		c.clean = err == nil && c.bottommost && len(snapshots) == 0
 		d.mu.Lock()
 		if err != nil {
 			return fmt.Errorf("lsm: compacting L%d→L%d: %w", c.startLevel, c.outputLevel, err)
 		}
 		outputs = res.tables
 	}
+	c.outputs = outputs
 	bytesRead := res.bytesRead
 	for _, f := range outputs {
 		ve.NewFiles = append(ve.NewFiles, version.NewFile{Level: c.outputLevel, Meta: f})
@@ -101,6 +103,9 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 	}
 	if !c.trivialMove {
 		d.mu.stats.compactions++
+		if res.subcompactions > 1 {
+			d.mu.stats.subcompactions++
+		}
 		d.mu.stats.compactionBytesRead += bytesRead
 		d.mu.stats.levelBytesRead[c.startLevel] += sizeOf(c.inputs[0])
 		d.mu.stats.levelBytesRead[c.outputLevel] += sizeOf(c.inputs[1])
@@ -142,29 +147,80 @@ func sizeOf(files []*version.FileMetadata) int64 {
 // inline are separated as at flush; every blob index the compaction drops
 // is reported as garbage of its blob file.
 func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (res compactionResult, err error) {
-	var (
-		outputs   []*version.FileMetadata
-		bytesRead int64
-	)
-	sep := d.newBlobSeparator()
+	bounds, err := d.subcompactionBounds(c)
+	if err != nil {
+		return compactionResult{}, err
+	}
+	// Part i writes the user keys in [bounds[i-1], bounds[i]) (nil:
+	// unbounded), the last one on this goroutine.
+	type part struct {
+		outputs []*version.FileMetadata
+		sep     *blobSeparator
+		garbage blobGarbage
+		err     error
+	}
+	parts := make([]part, len(bounds)+1)
+	var wg sync.WaitGroup
+	for i := range parts {
+		p := &parts[i]
+		p.sep, p.garbage = d.newBlobSeparator(), blobGarbage{}
+		var lo, hi []byte
+		if i > 0 {
+			lo = bounds[i-1]
+		}
+		if i < len(bounds) {
+			hi = bounds[i]
+		}
+		run := func() { p.outputs, p.err = d.compactTablesInner(c, snapshots, p.sep, p.garbage, lo, hi) }
+		if i == len(parts)-1 {
+			run()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run()
+		}()
+	}
+	wg.Wait()
+	removeAll := func() {
+		for _, p := range parts {
+			p.sep.abandon()
+			for _, f := range p.outputs {
+				d.fs.Remove(base.MakeFilepath(d.dirname, base.FileTypeTable, f.FileNum))
+			}
+		}
+	}
+	for _, p := range parts {
+		if p.err != nil {
+			removeAll()
+			return compactionResult{}, p.err
+		}
+	}
 	garbage := blobGarbage{}
-	defer func() {
+	for i := range parts {
+		p := &parts[i]
+		blobs, err := p.sep.finish()
+		p.sep = nil // finished, or abandoned by finish's failure
 		if err != nil {
-			sep.abandon()
+			removeAll()
+			return compactionResult{}, err
 		}
-	}()
-	outputs, bytesRead, err = d.compactTablesInner(c, snapshots, sep, garbage)
-	if err != nil {
-		return compactionResult{}, err
-	}
-	blobs, err := sep.finish()
-	if err != nil {
-		for _, f := range outputs {
-			d.fs.Remove(base.MakeFilepath(d.dirname, base.FileTypeTable, f.FileNum))
+		res.tables = append(res.tables, p.outputs...)
+		res.blobs = append(res.blobs, blobs...)
+		for n, g := range p.garbage {
+			if e := garbage[n]; e != nil {
+				e.Count += g.Count
+				e.Bytes += g.Bytes
+			} else {
+				garbage[n] = g
+			}
 		}
-		return compactionResult{}, err
 	}
-	return compactionResult{tables: outputs, blobs: blobs, garbage: garbage.list(), bytesRead: bytesRead}, nil
+	res.garbage = garbage.list()
+	res.bytesRead = sizeOf(c.inputs[0]) + sizeOf(c.inputs[1])
+	res.subcompactions = len(parts)
+	return res, nil
 }
 
 // compactionResult is what compactTables produced.
@@ -173,9 +229,14 @@ type compactionResult struct {
 	blobs     []*version.BlobFileMetadata
 	garbage   []version.BlobGarbage
 	bytesRead int64
+	// subcompactions is the number of key ranges written in parallel.
+	subcompactions int
 }
 
-func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blobSeparator, garbage blobGarbage) (outputs []*version.FileMetadata, bytesRead int64, err error) {
+// compactTablesInner writes the part of c's output with user keys in
+// [lo, hi) (nil: unbounded). Its first output table starts at lo and its
+// last ends at hi, for the range tombstones they carry.
+func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blobSeparator, garbage blobGarbage, lo, hi []byte) (outputs []*version.FileMetadata, err error) {
 	var iters []base.InternalIterator
 	var rawTombs []base.RangeTombstone
 	var (
@@ -204,16 +265,21 @@ func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blo
 		for _, f := range in {
 			r, err := d.tables.get(f)
 			if err != nil {
-				return nil, 0, err
+				return nil, err
 			}
 			rawTombs = append(rawTombs, r.RangeTombstones()...)
-			bytesRead += int64(f.Size)
 			if level == 0 {
-				iters = append(iters, r.NewIterTraced(nil, nil, d.tracer.NewAccess(trace.CallerCompaction, 0, false)))
+				it, err := d.newCompactionIter(f)
+				if err != nil {
+					return nil, err
+				}
+				iters = append(iters, it)
 			}
 		}
 		if level > 0 && len(in) > 0 {
-			iters = append(iters, newLevelIterTraced(d.tables, in, d.tracer.NewAccess(trace.CallerCompaction, int32(level), false)))
+			li := newLevelIter(d.tables, in)
+			li.newIter = d.newCompactionIter
+			iters = append(iters, li)
 		}
 	}
 	merged := newMergingIter(iters)
@@ -221,7 +287,12 @@ func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blo
 	defer merged.Close()
 
 	tombSet := rangedel.NewSet(rawTombs)
-	frags := rangedel.Elide(rangedel.FragmentTombstones(rawTombs), snapshots, c.bottommost)
+	var frags []rangedel.Fragment
+	for _, f := range rangedel.Elide(rangedel.FragmentTombstones(rawTombs), snapshots, c.bottommost) {
+		if t := f.Truncate(lo, hi); !t.Empty() {
+			frags = append(frags, t)
+		}
+	}
 	stripeOf := func(seq base.SeqNum) int {
 		return sort.Search(len(snapshots), func(i int) bool { return snapshots[i] > seq })
 	}
@@ -269,10 +340,18 @@ func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blo
 		return err
 	}
 
-	for merged.First(); merged.Valid(); merged.Next() {
+	if lo != nil {
+		merged.SeekGE(base.MakeSearchKey(nil, lo, base.SeqNumMax))
+	} else {
+		merged.First()
+	}
+	for ; merged.Valid(); merged.Next() {
 		ukey, seq, kind, ok := base.ParseInternalKey(merged.Key())
 		if !ok {
-			return nil, 0, base.CorruptionErrorf("malformed internal key %q in compaction input", merged.Key())
+			return nil, base.CorruptionErrorf("malformed internal key %q in compaction input", merged.Key())
+		}
+		if hi != nil && bytes.Compare(ukey, hi) >= 0 {
+			break
 		}
 		stripe := stripeOf(seq)
 		newUkey := lastUkey == nil || !bytes.Equal(ukey, lastUkey)
@@ -280,7 +359,7 @@ func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blo
 			// Shadowed by a newer version in the same stripe.
 			if kind == base.KindBlobIndex {
 				if err := garbage.add(merged.Value()); err != nil {
-					return nil, 0, err
+					return nil, err
 				}
 			}
 			continue
@@ -293,7 +372,7 @@ func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blo
 			// Deleted by a range tombstone in the same stripe.
 			if kind == base.KindBlobIndex {
 				if err := garbage.add(merged.Value()); err != nil {
-					return nil, 0, err
+					return nil, err
 				}
 			}
 			continue
@@ -304,33 +383,33 @@ func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blo
 		if w != nil && newUkey && w.EstimatedSize() >= uint64(d.opts.TargetFileSizeBytes) {
 			split := bytes.Clone(ukey)
 			if err := finish(split); err != nil {
-				return nil, 0, err
+				return nil, err
 			}
 			if err := start(split); err != nil {
-				return nil, 0, err
+				return nil, err
 			}
 		}
 		if w == nil {
-			if err := start(nil); err != nil {
-				return nil, 0, err
+			if err := start(lo); err != nil {
+				return nil, err
 			}
 		}
 		if err := sep.add(w, merged.Key(), merged.Value()); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 	}
 	if err := merged.Error(); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if w == nil && len(frags) > 0 {
-		if err := start(nil); err != nil {
-			return nil, 0, err
+		if err := start(lo); err != nil {
+			return nil, err
 		}
 	}
-	if err := finish(nil); err != nil {
-		return nil, 0, err
+	if err := finish(hi); err != nil {
+		return nil, err
 	}
-	return outputs, bytesRead, nil
+	return outputs, nil
 }
 
 // Compact compacts every level's data overlapping [start, end] (user keys,
@@ -364,6 +443,10 @@ func (d *DB) Compact(start, end []byte) error {
 		d.mu.bgCond.Broadcast()
 	}()
 	lo, hi := start, end
+	// clean are the tables this call wrote by a bottommost compaction
+	// while no snapshot was open: they hold one version per key and no
+	// deletion, so rewriting them again would change nothing.
+	clean := map[base.FileNum]bool{}
 	for level := 0; level < version.NumLevels; level++ {
 		if d.mu.bgErr != nil {
 			return d.mu.bgErr
@@ -376,6 +459,12 @@ func (d *DB) Compact(start, end []byte) error {
 		if len(files) == 0 {
 			continue
 		}
+		if level == version.NumLevels-1 && allClean(files, clean) {
+			// The bottom level compacts into itself only to drop what
+			// an earlier compaction had to keep; these tables have
+			// nothing to drop.
+			continue
+		}
 		// The bottom level compacts into itself.
 		c := d.newCompactionLocked(v, level, min(level+1, version.NumLevels-1), files)
 		if c == nil {
@@ -385,8 +474,23 @@ func (d *DB) Compact(start, end []byte) error {
 			d.setBackgroundErrorLocked(err)
 			return err
 		}
+		if c.clean {
+			for _, f := range c.outputs {
+				clean[f.FileNum] = true
+			}
+		}
 	}
 	return nil
+}
+
+// allClean reports whether every file is in clean.
+func allClean(files []*version.FileMetadata, clean map[base.FileNum]bool) bool {
+	for _, f := range files {
+		if !clean[f.FileNum] {
+			return false
+		}
+	}
+	return true
 }
 
 // overlapsUnbounded is Version.Overlaps with nil meaning unbounded.

@@ -22,6 +22,11 @@ type compaction struct {
 	trivialMove bool
 	version     *version.Version
 	score       float64
+	// Set by runCompactionLocked: the tables the compaction installed,
+	// and whether they are clean (a bottommost compaction with no open
+	// snapshot wrote them: one version per key, no tombstone).
+	outputs []*version.FileMetadata
+	clean   bool
 }
 
 // levelTargets computes dynamic level sizes (RocksDB's

@@ -60,6 +60,8 @@ type DB struct {
 		// flushed, oldest first.
 		mem *memTable
 		imm []*memTable
+		// memNextSize is the arena size of the next memtable.
+		memNextSize int64
 		// writers is the commit queue; its front is the leader.
 		writers []*writer
 		log     struct {
@@ -120,6 +122,8 @@ type dbStats struct {
 	slowdownTime, stopTime     time.Duration
 	walBytes, walSyncs, groups int64
 	writes                     int64
+	// subcompactions counts the compactions split into parallel parts.
+	subcompactions int64
 }
 
 // Get returns a copy of the latest value of key, or ErrNotFound.

@@ -16,11 +16,18 @@
 // CRC32C per fragment), fsyncs once if any member asked for Sync, applies the
 // batches to the mutable memtable (an arena-backed concurrent skiplist behind
 // a DynamicBloom filter), and publishes the group's sequence numbers to
-// readers all at once. A full memtable is switched out with its WAL and
-// flushed to an L0 table in the background; leveled compaction with dynamic
-// level sizes moves data down. Writes slow down (1 ms each) when L0 holds
-// L0SlowdownWritesThreshold files and stop while L0StopWritesThreshold files
-// or MemTableStopWritesThreshold memtables wait; Metrics reports both.
+// readers all at once. On Linux the WAL is appended through a shared
+// mapping of the file (Options.DisableWALMmap): the bytes are in the page
+// cache, and survive a kill of the process, before Write returns, as with
+// write(2). Memtables start at 256 KiB and double up to
+// MemTableSizeBytes; a full memtable is switched out with its WAL, and the
+// queued memtables are flushed together to one L0 table in the background
+// once they hold half of MemTableSizeBytes. Leveled compaction with dynamic
+// level sizes moves data down; a large compaction is cut by key into up to
+// MaxSubcompactions parts written in parallel. Writes slow down (1 ms each)
+// when L0 holds L0SlowdownWritesThreshold files and stop while
+// L0StopWritesThreshold files or MemTableStopWritesThreshold full
+// memtables' worth of queued memtables wait; Metrics reports both.
 //
 // # Read path
 //

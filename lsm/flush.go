@@ -2,6 +2,7 @@ package lsm
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/internal/rangedel"
@@ -27,6 +28,7 @@ func (d *DB) Flush() error {
 	var target *memTable
 	if n := len(d.mu.imm); n > 0 {
 		target = d.mu.imm[n-1]
+		target.forceFlush = true
 	}
 	d.releaseCommitLeadershipLocked(w)
 	if err != nil {
@@ -85,7 +87,7 @@ func (d *DB) releaseCommitLeadershipLocked(w *writer) {
 // maybeScheduleFlushLocked starts the flush goroutine if memtables wait.
 // REQUIRES: d.mu held.
 func (d *DB) maybeScheduleFlushLocked() {
-	if d.mu.flushing || len(d.mu.imm) == 0 || d.mu.closing || d.mu.bgErr != nil {
+	if d.mu.flushing || !d.flushReadyLocked() || d.mu.closing || d.mu.bgErr != nil {
 		return
 	}
 	d.mu.flushing = true
@@ -98,7 +100,7 @@ func (d *DB) flushLoop() {
 	defer d.bgWG.Done()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for len(d.mu.imm) > 0 && !d.mu.closing && d.mu.bgErr == nil {
+	for d.flushReadyLocked() && !d.mu.closing && d.mu.bgErr == nil {
 		if err := d.flushOneLocked(); err != nil {
 			d.setBackgroundErrorLocked(err)
 		}
@@ -107,23 +109,55 @@ func (d *DB) flushLoop() {
 	d.mu.bgCond.Broadcast()
 }
 
-// flushOneLocked writes the oldest queued memtable to an L0 table and
-// records it in the manifest together with the WAL number below which
-// WALs are no longer needed.
+// flushReadyLocked reports whether the queued memtables should be flushed
+// now: a Flush waits for one of them, writes are stopped until one is
+// flushed, or together they hold at least half of MemTableSizeBytes. The
+// memtables grow from initialMemTableBytes to MemTableSizeBytes (see
+// switchMemTableLocked); the small first ones wait and are flushed
+// together into one table instead of one small L0 table each (Pebble).
+// REQUIRES: d.mu held.
+func (d *DB) flushReadyLocked() bool {
+	if len(d.mu.imm) == 0 {
+		return false
+	}
+	var size int64
+	for _, m := range d.mu.imm {
+		if m.forceFlush {
+			return true
+		}
+		size += m.capacityBytes
+	}
+	return size >= d.opts.MemTableSizeBytes/2 || d.immStopLocked()
+}
+
+// immStopLocked reports whether the queued memtables stop writes: they
+// hold MemTableStopWritesThreshold-1 full-size memtables' worth of arena.
+// REQUIRES: d.mu held.
+func (d *DB) immStopLocked() bool {
+	var size int64
+	for _, m := range d.mu.imm {
+		size += m.capacityBytes
+	}
+	return size >= int64(d.opts.MemTableStopWritesThreshold-1)*d.opts.MemTableSizeBytes
+}
+
+// flushOneLocked writes the queued memtables to one L0 table and records
+// it in the manifest together with the WAL number below which WALs are no
+// longer needed.
 // REQUIRES: d.mu held (released while writing the table).
 func (d *DB) flushOneLocked() error {
-	m := d.mu.imm[0]
+	ms := slices.Clone(d.mu.imm)
 	fileNum := d.mu.versions.NewFileNum()
 	d.mu.Unlock()
-	meta, blobs, err := d.writeMemTable(m, fileNum)
+	meta, blobs, err := d.writeMemTables(ms, fileNum)
 	d.mu.Lock()
 	if err != nil {
 		return fmt.Errorf("lsm: flushing memtable to table %s: %w", fileNum, err)
 	}
 	ve := &version.VersionEdit{}
 	nextLog := d.mu.mem.logNum
-	if len(d.mu.imm) > 1 {
-		nextLog = d.mu.imm[1].logNum
+	if len(d.mu.imm) > len(ms) {
+		nextLog = d.mu.imm[len(ms)].logNum
 	}
 	ve.LogNumber = nextLog
 	if meta != nil {
@@ -136,9 +170,11 @@ func (d *DB) flushOneLocked() error {
 	for _, b := range blobs {
 		d.mu.stats.blobBytesWritten += int64(b.Size)
 	}
-	d.mu.imm = d.mu.imm[1:]
-	d.retiredMemFilter.checked.Add(m.bloomChecked.Load())
-	d.retiredMemFilter.useful.Add(m.bloomUseful.Load())
+	d.mu.imm = d.mu.imm[len(ms):]
+	for _, m := range ms {
+		d.retiredMemFilter.checked.Add(m.bloomChecked.Load())
+		d.retiredMemFilter.useful.Add(m.bloomUseful.Load())
+	}
 	d.mu.stats.flushes++
 	if meta != nil {
 		d.mu.stats.flushBytes += int64(meta.Size)
@@ -159,9 +195,28 @@ func (d *DB) flushOneLocked() error {
 // before the table. It returns nil metadata, and leaves no file, when m
 // holds nothing.
 func (d *DB) writeMemTable(m *memTable, fileNum base.FileNum) (*version.FileMetadata, []*version.BlobFileMetadata, error) {
-	it := m.newIter()
+	return d.writeMemTables([]*memTable{m}, fileNum)
+}
+
+// writeMemTables is writeMemTable of the merged contents of ms (their
+// sequence numbers are disjoint).
+func (d *DB) writeMemTables(ms []*memTable, fileNum base.FileNum) (*version.FileMetadata, []*version.BlobFileMetadata, error) {
+	var it base.InternalIterator
+	var raw []base.RangeTombstone
+	for _, m := range ms {
+		raw = append(raw, m.rawTombstones()...)
+	}
+	if len(ms) == 1 {
+		it = ms[0].newIter()
+	} else {
+		iters := make([]base.InternalIterator, len(ms))
+		for i, m := range ms {
+			iters[i] = m.newIter()
+		}
+		it = newMergingIter(iters)
+	}
 	it.First()
-	tombs := rangedel.FragmentTombstones(m.rawTombstones())
+	tombs := rangedel.FragmentTombstones(raw)
 	if !it.Valid() && len(tombs) == 0 {
 		return nil, nil, it.Close()
 	}

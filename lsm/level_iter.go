@@ -16,6 +16,9 @@ type levelIter struct {
 	err   error
 	// acc traces the tables' data-block lookups (nil: not traced).
 	acc *trace.Access
+	// newIter, if set, opens a file's iterator instead of the table
+	// cache's reader (compactions read through their own readers).
+	newIter func(f *version.FileMetadata) (base.InternalIterator, error)
 }
 
 func newLevelIter(tc *tableCache, files []*version.FileMetadata) *levelIter {
@@ -37,6 +40,15 @@ func (l *levelIter) open(i int) bool {
 	l.idx = i
 	if l.err != nil || i < 0 || i >= len(l.files) {
 		return false
+	}
+	if l.newIter != nil {
+		it, err := l.newIter(l.files[i])
+		if err != nil {
+			l.err = err
+			return false
+		}
+		l.iter = it
+		return true
 	}
 	r, err := l.tc.get(l.files[i])
 	if err != nil {

@@ -28,6 +28,9 @@ type memTable struct {
 	// capacityBytes is the arena size; the memtable is full when the next
 	// batch would not fit.
 	capacityBytes int64
+	// forceFlush: a Flush waits for this memtable (see
+	// DB.flushReadyLocked). REQUIRES: DB.mu held.
+	forceFlush bool
 	// scratch is the single writer's internal-key buffer.
 	scratch []byte
 	// entries counts the entries applied, tombstones included.

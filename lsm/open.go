@@ -181,7 +181,8 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 		d.mu.liveLogs = append(d.mu.liveLogs, newLogNum)
 	}
 	d.mu.liveLogs = append(logs, d.mu.liveLogs...)
-	d.mu.mem = newMemTable(o.MemTableSizeBytes, o.MemtableBloomBitsPerKey, newLogNum)
+	d.mu.mem = newMemTable(initialMemTableSize(o), o.MemtableBloomBitsPerKey, newLogNum)
+	d.mu.memNextSize = min(2*initialMemTableSize(o), o.MemTableSizeBytes)
 	d.visibleSeq.Store(uint64(vs.LastSeq() + 1))
 	d.updateReadStateLocked()
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"runtime"
 
 	"github.com/cairnkv/cairn/lsm/blob"
 	"github.com/cairnkv/cairn/lsm/cache"
@@ -109,6 +110,13 @@ type Options struct {
 	LBaseMaxBytes int64
 	// LevelMultiplier is the size ratio of adjacent levels. Default 10.
 	LevelMultiplier int
+	// MaxSubcompactions bounds the key ranges one compaction writes in
+	// parallel: a compaction with at least two TargetFileSizeBytes of input
+	// is cut by key into up to this many parts of about equal size, each
+	// merged and written by its own goroutine (a full Compact of a large
+	// level uses every core). 1 writes every compaction on one goroutine.
+	// Default: GOMAXPROCS at Open, at most 4.
+	MaxSubcompactions int
 	// TargetFileSizeBytes is the size at which compaction cuts output
 	// files. Default 4 MiB.
 	TargetFileSizeBytes int64
@@ -140,6 +148,19 @@ type Options struct {
 	// DisableWAL skips the WAL: writes not yet flushed are lost in a crash.
 	// Close flushes the memtables, so a clean Close loses nothing.
 	DisableWAL bool
+	// DisableWALMmap makes WAL appends use write(2). By default, on Linux
+	// and the operating system's file system, the WAL is appended to
+	// through a shared memory mapping of the file (space reserved with
+	// fallocate a few MiB ahead): a write is a copy into the kernel's page
+	// cache with no system call, and an acknowledged NoSync write survives
+	// a kill of the process exactly as with write(2). Sync is fsync
+	// either way. Set it for file systems where mappings of files are
+	// unwanted (e.g. network file systems); it is also the fallback where
+	// fallocate is unsupported.
+	DisableWALMmap bool
+	// testInitialMemTableBytes, if > 0, replaces initialMemTableBytes
+	// (tests that need one memtable, hence one WAL, from the start).
+	testInitialMemTableBytes int64
 
 	// MinBlobSize turns on key-value separation (lsm/blob): at flush and
 	// at compaction, values of at least this many bytes are written to
@@ -249,6 +270,9 @@ func (o *Options) withDefaults() (*Options, error) {
 	if c.LevelMultiplier == 0 {
 		c.LevelMultiplier = 10
 	}
+	if c.MaxSubcompactions == 0 {
+		c.MaxSubcompactions = min(runtime.GOMAXPROCS(0), 4)
+	}
 	if c.TargetFileSizeBytes == 0 {
 		c.TargetFileSizeBytes = 4 << 20
 	}
@@ -291,6 +315,8 @@ func (o *Options) withDefaults() (*Options, error) {
 	switch {
 	case c.CacheSizeBytes < 0:
 		return bad("CacheSizeBytes", c.CacheSizeBytes)
+	case c.MaxSubcompactions < 0:
+		return bad("MaxSubcompactions", c.MaxSubcompactions)
 	case c.MemTableSizeBytes < 64<<10:
 		return bad("MemTableSizeBytes (minimum 64 KiB)", c.MemTableSizeBytes)
 	case c.MemTableSizeBytes > 4<<30:

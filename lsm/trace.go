@@ -10,17 +10,19 @@ import (
 // Block-cache tracing (package trace).
 //
 // While a trace runs the DB records every lookup in its block cache (data
-// blocks, by Get, iterators, compactions and blob GC's liveness checks,
-// traced as compactions) and in its blob cache (BlockBlob records, one per
+// blocks, by Get, iterators and blob GC's liveness checks, traced as
+// compactions; compactions themselves read their inputs through their own
+// read-ahead readers and never look in the block cache, so they make no
+// record) and in its blob cache (BlockBlob records, one per
 // blob record looked up), and the index, filter and range-deletion blocks
 // each table reads and pins when it is opened (Pinned records: they never
 // enter the block cache, and their later uses are memory reads that make no
 // record). Flushes read no blocks. See package trace's doc.
 //
-// The cost while no trace runs is one atomic load per Get, per iterator and
-// per compaction: each builds a trace.Access only when a trace runs and
-// passes nil otherwise, and the lookup sites test for nil. An iterator or a
-// compaction records its lookups only if the trace ran when it started.
+// The cost while no trace runs is one atomic load per Get and per
+// iterator: each builds a trace.Access only when a trace runs and passes
+// nil otherwise, and the lookup sites test for nil. An iterator records its
+// lookups only if the trace ran when it started.
 // Metrics().BlockCache and Metrics().Blob.Cache count the hits and misses
 // the caches themselves measured, to compare with a trace.
 

@@ -235,6 +235,7 @@ func TestWALSyncedDamageIsCorruption(t *testing.T) {
 			fs := vfs.NewMem()
 			o := Options{MemTableSizeBytes: 4 << 20, WALSyncRecordBytes: tc.recordBytes}
 			o.FS = fs
+			o.testInitialMemTableBytes = o.MemTableSizeBytes // one WAL
 			d := mustOpen(t, "/db", &o)
 			want := make(map[string][]byte)
 			synced := 0

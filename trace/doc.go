@@ -17,7 +17,8 @@
 //   - every lookup of a data block in the block cache (sst.Reader), hit or
 //     miss, by Get (with the get id, the user key, whether the key is in
 //     the block, the block's key count and the referenced entry's size),
-//     by iterators and by compactions;
+//     and by iterators (compactions read their inputs through read-ahead
+//     readers of their own, outside the block cache, and make no record);
 //   - every lookup of a blob record in the blob cache (BlockBlob, level
 //     -1; cairn's blob cache caches records, so "block" is one record);
 //   - the index, filter and range-deletion blocks of a table when the

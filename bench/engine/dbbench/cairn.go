@@ -17,12 +17,14 @@ func openCairn(dir string, cfg Config) (Engine, []string, error) {
 		MemTableSizeBytes: cfg.MemTableBytes,
 		FilterBitsPerKey:  cfg.BloomBitsKey,
 		Compression:       lsm.SnappyCompression,
+		DisableWALMmap:    cfg.CairnDisableWALMmap,
 	}
 	settings := []string{
 		fmt.Sprintf("CacheSizeBytes=%d", o.CacheSizeBytes),
 		fmt.Sprintf("MemTableSizeBytes=%d", o.MemTableSizeBytes),
 		fmt.Sprintf("FilterBitsPerKey=%g", o.FilterBitsPerKey),
 		"Compression=snappy", "WAL=on", "sync=per write (WriteOptions.Sync) in fillsync only",
+		fmt.Sprintf("DisableWALMmap=%v", o.DisableWALMmap),
 		"Compact=DB.Compact(nil, nil) (flush, then every level down to the bottom)",
 		"Get=DB.GetFunc (a view of the value, touched, not copied)",
 	}

@@ -60,6 +60,9 @@ type Config struct {
 	// least this size; it applies only once lsm.Options has MinBlobSize
 	// (see cairn.go).
 	CairnMinBlobSize int64
+	// CairnDisableWALMmap sets cairn's lsm.Options.DisableWALMmap (WAL
+	// appends by write(2) instead of through a mapping of the file).
+	CairnDisableWALMmap bool
 }
 
 // DefaultConfig is the equal footing of the comparison: 64 MiB block

@@ -45,6 +45,7 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the benchmark(s) named by --profile-benchmark to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile taken after the benchmark(s) named by --profile-benchmark to this file")
 	profBench := flag.String("profile-benchmark", "readrandom", "benchmark name(s) to profile, comma-separated (a name after compact ends in @compacted)")
+	flag.BoolVar(&def.CairnDisableWALMmap, "cairn-disable-wal-mmap", false, "cairn lsm.Options.DisableWALMmap: WAL appends by write(2)")
 	flag.Parse()
 
 	if *seed == 0 {

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package lsm
+
+import "github.com/cairnkv/cairn/lsm/vfs"
+
+// newWALFile returns f: appending through a mapping (wal_mmap_linux.go) is
+// Linux-only; elsewhere WAL appends use write(2).
+func newWALFile(f vfs.File, o *Options) vfs.File { return f }
