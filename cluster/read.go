@@ -212,6 +212,22 @@ func (n *Node) confirmRound() (uint64, error) {
 	if acks >= need {
 		return n.checkTerm(term)
 	}
+	// Peers the round cannot reach (no gRPC address known through gossip,
+	// e.g. right after a restore from a backup, before gossip converged):
+	// if too few are left for a quorum, confirm with a barrier entry
+	// instead, as before Confirm existed (a log write, but never a stale
+	// read and never a read refused for want of an address).
+	var conns []*grpc.ClientConn
+	for _, id := range peers {
+		if addr := n.memberGRPCAddr(id); addr != "" {
+			if cc, err := n.fwd.conn(addr); err == nil {
+				conns = append(conns, cc)
+			}
+		}
+	}
+	if acks+len(conns) < need {
+		return n.confirmByBarrier(term)
+	}
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ApplyTimeout)
 	defer cancel()
 	nonce := rand.Uint64()
@@ -220,26 +236,25 @@ func (n *Node) confirmRound() (uint64, error) {
 	binary.BigEndian.PutUint64(req[8:], nonce)
 	req = append(req, self...)
 	answers := make(chan error, len(peers))
-	for _, id := range peers {
-		addr := n.memberGRPCAddr(id)
-		if addr == "" {
-			answers <- fmt.Errorf("cluster: no gRPC address for voter %s", id)
-			continue
-		}
-		cc, err := n.fwd.conn(addr)
-		if err != nil {
-			answers <- err
-			continue
-		}
+	for range len(peers) - len(conns) {
+		answers <- errors.New("cluster: no gRPC address known for a voter")
+	}
+	for _, cc := range conns {
 		go func() { answers <- confirmPeer(ctx, cc, req, term, nonce) }()
 	}
 	var last error
-	for fails := 0; acks < need; {
+	for fails, unimplemented := 0, 0; acks < need; {
 		select {
 		case err := <-answers:
 			if err != nil {
 				last = err
-				if fails++; voters-fails < need {
+				if status.Code(err) == codes.Unimplemented {
+					unimplemented++ // a peer that predates Confirm (a rolling upgrade)
+				}
+				if fails++; voters-fails < need && unimplemented > 0 {
+					return n.confirmByBarrier(term)
+				}
+				if voters-fails < need {
 					return 0, fmt.Errorf("%w: %d of %d voters did not confirm this leader (last: %v)", raft.ErrLeadershipLost, fails, voters, last)
 				}
 				continue
@@ -248,6 +263,17 @@ func (n *Node) confirmRound() (uint64, error) {
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
+	}
+	return n.checkTerm(term)
+}
+
+// confirmByBarrier confirms leadership of term the way cairn did before
+// Confirm: a barrier entry appended now commits only if a quorum accepts
+// it in this leader's term, and raft resolves it once the FSM has applied
+// every entry before it.
+func (n *Node) confirmByBarrier(term uint64) (uint64, error) {
+	if err := n.waitRaft(context.Background(), n.raft.Barrier(n.cfg.ApplyTimeout)); err != nil {
+		return 0, err
 	}
 	return n.checkTerm(term)
 }
