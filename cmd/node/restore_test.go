@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -68,14 +69,24 @@ func (s *serving) stop(t *testing.T) {
 	}
 }
 
+// freeAddr returns a free loopback address for a node started later. It
+// picks from below Linux's default ephemeral range (32768-60999): a port
+// the kernel handed out for ":0" could be handed again to another test's
+// ":0" listener or outgoing connection before the node binds it (CI failed
+// once with "address already in use").
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 1000 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return addr
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free port below the ephemeral range")
+	return ""
 }
 
 func newClient(t *testing.T, endpoints ...string) *client.Client {
