@@ -125,24 +125,8 @@ func BenchmarkBlobGetView(b *testing.B) {
 // allocations per step, every value right; a record damaged in the middle
 // of a window fails the scan with a corruption error at that key.
 func TestBlobScanViews(t *testing.T) {
-	fs := vfs.NewMem()
-	o := blobTestOptions(fs, 64)
-	o.BlobTargetFileSizeBytes = 64 << 20
-	o.MemTableSizeBytes = 4 << 20
-	d := mustOpen(t, "db", o)
 	const n = 500
-	model := map[string][]byte{}
-	for i := range n {
-		k := fmt.Sprintf("k%04d", i)
-		v := blobValueFor(k, 0, 1000)
-		d.Put([]byte(k), v, NoSync)
-		model[k] = v
-	}
-	if err := d.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	d.Close()
-	d = mustOpen(t, "db", o)
+	fs, o, d, model := coldBlobScanDB(t, n)
 	it, err := d.NewIter(nil)
 	if err != nil {
 		t.Fatal(err)

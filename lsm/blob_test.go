@@ -418,29 +418,38 @@ func TestBlobDanglingIndex(t *testing.T) {
 	}
 }
 
-// TestBlobScanReadsAhead: a scan over separated values that lie in blob
-// file order, through a cold blob cache, reads the file in windows, not
-// one positioned read per value (counted as reader-cache lookups, one per
-// read); backwards and point reads still read one record each.
-func TestBlobScanReadsAhead(t *testing.T) {
+// coldBlobScanDB writes n keys k0000.. with 1000-byte separated values in
+// blob file order, flushes, and reopens the DB so its caches are cold.
+func coldBlobScanDB(t *testing.T, n int) (vfs.FS, *Options, *DB, map[string][]byte) {
+	t.Helper()
 	fs := vfs.NewMem()
 	o := blobTestOptions(fs, 64)
 	o.BlobTargetFileSizeBytes = 64 << 20
 	o.MemTableSizeBytes = 4 << 20
 	d := mustOpen(t, "db", o)
-	const n = 1000
 	model := map[string][]byte{}
 	for i := range n {
 		k := fmt.Sprintf("k%04d", i)
 		v := blobValueFor(k, 0, 1000)
-		d.Put([]byte(k), v, NoSync)
+		if err := d.Put([]byte(k), v, NoSync); err != nil {
+			t.Fatal(err)
+		}
 		model[k] = v
 	}
 	if err := d.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	d.Close()
-	d = mustOpen(t, "db", o) // cold caches
+	return fs, o, mustOpen(t, "db", o), model
+}
+
+// TestBlobScanReadsAhead: a scan over separated values that lie in blob
+// file order, through a cold blob cache, reads the file in windows, not
+// one positioned read per value (counted as reader-cache lookups, one per
+// read); backwards and point reads still read one record each.
+func TestBlobScanReadsAhead(t *testing.T) {
+	const n = 1000
+	_, _, d, model := coldBlobScanDB(t, n) // cold caches
 	defer d.Close()
 	before := d.Metrics().Blob.FileCacheLookups
 	it, err := d.NewIter(nil)
