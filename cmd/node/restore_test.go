@@ -25,7 +25,7 @@ type serving struct {
 	stopped              bool
 }
 
-var servingLine = regexp.MustCompile(`serving gRPC on (127\.0\.0\.1:\d+) \(raft 127\.0\.0\.1:\d+, gossip (127\.0\.0\.1:\d+), data .*\)\n`)
+var servingLine = regexp.MustCompile(`serving gRPC on (127\.0\.0\.1:\d+) \(raft 127\.\d+\.\d+\.\d+:\d+, gossip (127\.0\.0\.1:\d+), data .*\)\n`)
 
 // serve starts cairn-node with args and waits until it serves.
 func serve(t *testing.T, args ...string) *serving {
@@ -69,15 +69,17 @@ func (s *serving) stop(t *testing.T) {
 	}
 }
 
-// freeAddr returns a free loopback address for a node started later. It
-// picks from below Linux's default ephemeral range (32768-60999): a port
-// the kernel handed out for ":0" could be handed again to another test's
-// ":0" listener or outgoing connection before the node binds it (CI failed
-// once with "address already in use").
+// freeAddr returns a free loopback address for a node started later. A
+// port the kernel hands out for ":0" could be handed again to another
+// test's ":0" listener or outgoing connection before the node binds it,
+// and CI failed twice with "address already in use", also with ports
+// below the ephemeral range. So it picks a random address in 127.0.0.0/8
+// other than 127.0.0.1, where nothing else here listens or connects from,
+// and a random port below the default ephemeral range (32768-60999).
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	for range 1000 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+		addr := fmt.Sprintf("127.%d.%d.%d:%d", 1+rand.IntN(254), rand.IntN(256), 1+rand.IntN(254), 20000+rand.IntN(12000))
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			continue
@@ -85,7 +87,7 @@ func freeAddr(t *testing.T) string {
 		l.Close()
 		return addr
 	}
-	t.Fatal("no free port below the ephemeral range")
+	t.Fatal("no free loopback address")
 	return ""
 }
 
