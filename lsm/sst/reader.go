@@ -54,10 +54,6 @@ type Reader struct {
 	// restartInterval is the table's data-block restart interval, learnt
 	// from the first data block a trace counts the keys of (0: not yet).
 	restartInterval atomic.Int64
-	// keyCounts memoizes the key count of each data block, by the block's
-	// position in the index (0: not counted yet), for traced Gets (see
-	// numKeysAt). Allocated by the first traced Get: 4 bytes per block.
-	keyCounts atomic.Pointer[[]atomic.Uint32]
 }
 
 // NewReader opens the table in f, whose size it takes from f.Stat. On
@@ -406,7 +402,7 @@ func (r *Reader) GetUnfilteredTraced(ukey []byte, seq base.SeqNum, acc *trace.Ac
 			k := di.key()
 			exists := bytes.Equal(base.UserKey(k), ukey)
 			if acc != nil {
-				r.traceGet(acc, ii.offset, bh.offset, data, hit, ukey, exists, len(k)+len(di.value()))
+				r.traceGet(acc, bh.offset, data, hit, ukey, exists, len(k)+len(di.value()))
 			}
 			if !exists {
 				return nil, 0, 0, false, nil
@@ -415,7 +411,7 @@ func (r *Reader) GetUnfilteredTraced(ukey []byte, seq base.SeqNum, acc *trace.Ac
 			return di.value(), tr.Kind(), tr.SeqNum(), true, nil
 		}
 		if acc != nil {
-			r.traceGet(acc, ii.offset, bh.offset, data, hit, ukey, false, 0)
+			r.traceGet(acc, bh.offset, data, hit, ukey, false, 0)
 		}
 		if di.err != nil {
 			return nil, 0, 0, false, di.err

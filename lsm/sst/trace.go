@@ -2,8 +2,6 @@ package sst
 
 import (
 	"encoding/binary"
-	"math"
-	"sync/atomic"
 
 	"github.com/cairnkv/cairn/trace"
 )
@@ -57,10 +55,9 @@ func (r *Reader) traceBlock(acc *trace.Access, off uint64, block []byte, hit boo
 	t.WriteBlockAccess(&rec)
 }
 
-// traceGet reports a Get's lookup of the data block at off, whose index
-// entry starts at indexOff in the index block, with what the Get found in
-// it: whether ukey is there, and the size of its entry.
-func (r *Reader) traceGet(acc *trace.Access, indexOff int, off uint64, block []byte, hit bool, ukey []byte, exists bool, entrySize int) {
+// traceGet reports a Get's lookup of the data block at off, with what the
+// Get found in it: whether ukey is there, and the size of its entry.
+func (r *Reader) traceGet(acc *trace.Access, off uint64, block []byte, hit bool, ukey []byte, exists bool, entrySize int) {
 	t := r.opts.Tracer
 	if t == nil {
 		return
@@ -75,7 +72,7 @@ func (r *Reader) traceGet(acc *trace.Access, indexOff int, off uint64, block []b
 	if exists {
 		rec.ReferencedDataSize = uint64(entrySize)
 	}
-	rec.NumKeysInBlock = r.numKeysAt(indexOff, block)
+	rec.NumKeysInBlock = r.numKeys(block)
 	t.WriteBlockAccess(&rec)
 }
 
@@ -92,84 +89,43 @@ func (r *Reader) dataRecord(acc *trace.Access, kb []byte, off uint64, block []by
 	return rec
 }
 
-// numKeysAt returns the number of entries of the data block whose index
-// entry starts at indexOff: memoized in r.keyCounts, by the block's
-// position in the index, else counted (numEntries). Counting reads the
-// block's last restart run, which the Get's seek seldom touched: on a
-// loaded machine those cache misses were the largest part of a traced
-// Get's overhead. Every index entry is a restart point (restart interval
-// 1), so the position is found by a binary search of the index's restart
-// array, most of whose lines the Get's index seek just read.
-func (r *Reader) numKeysAt(indexOff int, block []byte) uint64 {
-	var ii blockIter
-	if ii.init(r.index) != nil {
-		return r.numEntries(block)
-	}
-	counts := r.keyCounts.Load()
-	if counts == nil {
-		c := make([]atomic.Uint32, ii.numRestarts)
-		r.keyCounts.CompareAndSwap(nil, &c)
-		counts = r.keyCounts.Load()
-	}
-	// The last restart point at or before indexOff, by a binary search
-	// without branches: those of a plain one mispredict half the time and
-	// cost more than its loads (which hit the lines the Get's index seek
-	// read).
-	restarts := r.index[ii.restartsOff : ii.restartsOff+4*ii.numRestarts]
-	pos, span := 0, ii.numRestarts
-	for span > 1 {
-		half := span / 2
-		// Step by half if restart point pos+half <= indexOff: the sign
-		// of d is the branch, d>>63 its mask.
-		d := indexOff - int(binary.LittleEndian.Uint32(restarts[4*(pos+half):]))
-		pos += half &^ (d >> 63)
-		span -= half
-	}
-	if pos >= len(*counts) || int(binary.LittleEndian.Uint32(restarts[4*pos:])) != indexOff {
-		return r.numEntries(block) // Not an index entry: count.
-	}
-	slot := &(*counts)[pos]
-	if n := slot.Load(); n != 0 {
-		return uint64(n)
-	}
-	n := r.numEntries(block)
-	if n <= math.MaxUint32 {
-		slot.Store(uint32(n))
-	}
-	return n
-}
-
-// numEntries counts the entries of a verified data block. The writer puts
-// a restart point every restartInterval entries, so every run but the last
-// has the length of the first: the interval (learnt once per table, from
-// the first run of a block with several) times the full runs, plus the
-// last run, counted. Counting reads only each entry's length header
-// (countEntries): a full decode of the last run cost more than the rest of
-// a traced Get's record together.
-func (r *Reader) numEntries(block []byte) uint64 {
+// numKeys returns the number of entries of a verified data block, for a
+// traced Get's record, from the restart array, which the Get's seek has
+// just read. The writer puts a restart point every restartInterval
+// entries, so every run but the last holds the interval (learnt once per
+// table, by counting the first run of a block with several); the last
+// run's count is estimated from its length in bytes against the first
+// run's, between 1 and the interval: exact when entries have one size,
+// off by a key or two when their sizes vary. A block of one run, which
+// the seek walked, is counted.
+//
+// Counting the last run instead read lines the seek had not: on a loaded
+// machine those cache misses were half a traced Get's overhead, and a
+// memo per block, found through the index, still missed in its own array.
+// RocksDB too estimates the count from the restart points (interval times
+// restarts, less half an interval).
+func (r *Reader) numKeys(block []byte) uint64 {
 	var it blockIter
 	if it.init(block) != nil || it.numRestarts == 0 {
 		return 0
 	}
-	runEnd := func(run int) int {
-		if run+1 < it.numRestarts {
-			return int(binary.LittleEndian.Uint32(block[it.restartsOff+4*(run+1):]))
-		}
-		return it.restartsOff
-	}
-	runStart := func(run int) int {
+	restart := func(run int) int {
 		return int(binary.LittleEndian.Uint32(block[it.restartsOff+4*run:]))
 	}
-	last := countEntries(block, runStart(it.numRestarts-1), it.restartsOff)
-	if it.numRestarts == 1 {
-		return last
+	n := it.numRestarts
+	if n == 1 {
+		return countEntries(block, restart(0), it.restartsOff)
 	}
 	interval := uint64(r.restartInterval.Load())
 	if interval == 0 {
-		interval = countEntries(block, runStart(0), runEnd(0))
+		interval = countEntries(block, restart(0), restart(1))
 		r.restartInterval.Store(int64(interval))
 	}
-	return uint64(it.numRestarts-1)*interval + last
+	last := uint64(1)
+	if full, lastLen := restart(1)-restart(0), it.restartsOff-restart(n-1); full > 0 && lastLen > 0 {
+		last = (uint64(lastLen)*interval + uint64(full)/2) / uint64(full) // Rounded.
+	}
+	return uint64(n-1)*interval + min(max(last, 1), interval)
 }
 
 // countEntries counts the entries in block[off:end] by their headers
