@@ -12,7 +12,8 @@ import (
 //     (GetUnfilteredTraced) and iterators (NewIterTraced), when the caller
 //     passes a trace.Access, which the engine does only while a trace runs;
 //     block size is cap(block), what the cache charges less its fixed
-//     per-entry overhead (cache.EntryOverhead);
+//     per-entry overhead (cache.EntryOverhead); a Get's record carries the
+//     block's key count, its last restart run estimated (numKeys);
 //   - the index, filter and range-deletion blocks it reads at open, once:
 //     they are pinned in the Reader, never in the cache, and their later
 //     uses are plain memory reads that are not traced (Pinned records, a
