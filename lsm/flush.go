@@ -1,6 +1,7 @@
 package lsm
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 
@@ -222,8 +223,19 @@ func (d *DB) writeMemTables(ms []*memTable, fileNum base.FileNum) (*version.File
 	}
 	sep := d.newBlobSeparator()
 	var blobs []*version.BlobFileMetadata
+	// oneVersion: no user key repeats and nothing is deleted (see
+	// FileMetadata.OneVersionPerKey), as after a fill of distinct keys.
+	oneVersion := len(tombs) == 0
+	var lastUkey []byte
 	meta, err := d.writeTable(fileNum, func(w *sst.Writer) error {
 		for ; it.Valid(); it.Next() {
+			if oneVersion {
+				ukey, _, kind, _ := base.ParseInternalKey(it.Key())
+				if kind == base.KindDelete || (lastUkey != nil && bytes.Equal(ukey, lastUkey)) {
+					oneVersion = false
+				}
+				lastUkey = append(lastUkey[:0], ukey...)
+			}
 			if err := sep.add(w, it.Key(), it.Value()); err != nil {
 				return err
 			}
@@ -242,6 +254,7 @@ func (d *DB) writeMemTables(ms []*memTable, fileNum base.FileNum) (*version.File
 		sep.abandon()
 		return nil, nil, err
 	}
+	meta.OneVersionPerKey = oneVersion
 	return meta, blobs, nil
 }
 
