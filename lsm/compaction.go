@@ -426,8 +426,9 @@ func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blo
 // Each level's data goes straight to the next level below that holds data
 // in its key range (or the bottom level), not through the empty levels
 // between, and moves there without a rewrite when nothing there overlaps
-// it: after a fill into an empty DB, Compact writes the data once (the
-// flush), not once per level. A bottom-level table known to hold one
+// it (L0 tables only when a merge would drop nothing from them): after a
+// fill of distinct keys into an empty DB, Compact writes the data once
+// (the flush), not once per level. A bottom-level table known to hold one
 // version per key and no deletion (FileMetadata.OneVersionPerKey) is not
 // rewritten.
 func (d *DB) Compact(start, end []byte) error {
@@ -482,8 +483,8 @@ func (d *DB) Compact(start, end []byte) error {
 		}
 		if c.trivialMove && out == version.NumLevels-1 && !allOneVersionPerKey(c.inputs[0]) {
 			// Moved to the bottom, these tables would be rewritten
-			// there at once to drop what they hold twice; merging
-			// them now writes the data once.
+			// there at once to drop what they may hold twice;
+			// merging them now writes the data once.
 			c.trivialMove = false
 		}
 		if err := d.runCompactionLocked(c); err != nil {

@@ -121,33 +121,46 @@ func checkAgainstModel(t *testing.T, d *DB, m model, rng *rand.Rand) {
 }
 
 // TestL0DisjointFilesMove: L0 tables that overlap neither one another nor
-// the base level (a sequential fill) move down without a rewrite.
+// the base level (a sequential fill) move down without a rewrite when they
+// hold one version per key; when each key is written twice they are merged,
+// so that the shadowed versions are dropped.
 func TestL0DisjointFilesMove(t *testing.T) {
-	o := testOptions(vfs.NewMem())
-	o.testInitialMemTableBytes = 32 << 10
-	d := mustOpen(t, "db", o)
-	defer d.Close()
-	m := model{}
-	for i := 0; i < 3000; i++ {
-		k, v := fmt.Sprintf("k%05d", i), fmt.Sprintf("v%d-%s", i, bytes.Repeat([]byte("x"), 60))
-		if err := d.Put([]byte(k), []byte(v), NoSync); err != nil {
-			t.Fatal(err)
-		}
-		m[k] = v
+	for _, twice := range []bool{false, true} {
+		t.Run(fmt.Sprintf("twice=%v", twice), func(t *testing.T) {
+			o := testOptions(vfs.NewMem())
+			o.testInitialMemTableBytes = 32 << 10
+			d := mustOpen(t, "db", o)
+			defer d.Close()
+			m := model{}
+			for i := 0; i < 3000; i++ {
+				k := fmt.Sprintf("k%05d", i)
+				for n := 0; n < 1 || (twice && n < 2); n++ {
+					v := fmt.Sprintf("v%d.%d-%s", i, n, bytes.Repeat([]byte("x"), 60))
+					if err := d.Put([]byte(k), []byte(v), NoSync); err != nil {
+						t.Fatal(err)
+					}
+					m[k] = v
+				}
+			}
+			waitBackgroundIdle(d)
+			met := d.Metrics()
+			below := 0
+			for l := 1; l < version.NumLevels; l++ {
+				below += met.Levels[l].NumFiles
+			}
+			if met.Flushes < 2 || below == 0 {
+				t.Fatalf("want several flushes and files below L0:\n%s", met)
+			}
+			compactions, written, _, _ := compactionStats(d)
+			if !twice && written != 0 {
+				t.Fatalf("a sequential fill's compactions rewrote %d bytes in %d compactions; want only moves:\n%s", written, compactions, met)
+			}
+			if twice && written == 0 {
+				t.Fatalf("L0 tables holding two versions of each key were moved, not merged:\n%s", met)
+			}
+			checkAgainstModel(t, d, m, rand.New(rand.NewPCG(4, 4)))
+		})
 	}
-	waitBackgroundIdle(d)
-	met := d.Metrics()
-	below := 0
-	for l := 1; l < version.NumLevels; l++ {
-		below += met.Levels[l].NumFiles
-	}
-	if met.Flushes < 2 || below == 0 {
-		t.Fatalf("want several flushes and files below L0:\n%s", met)
-	}
-	if compactions, written, _, _ := compactionStats(d); written != 0 {
-		t.Fatalf("a sequential fill's compactions rewrote %d bytes in %d compactions; want only moves:\n%s", written, compactions, met)
-	}
-	checkAgainstModel(t, d, m, rand.New(rand.NewPCG(4, 4)))
 }
 
 // TestDisjointFiles checks the overlap test that decides whether L0 files

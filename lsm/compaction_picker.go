@@ -21,7 +21,7 @@ type compaction struct {
 	bottommost bool
 	// trivialMove: the start level's inputs do not overlap one another
 	// and nothing in the output level overlaps them; they move down by a
-	// manifest edit alone.
+	// manifest edit alone (see newCompactionLocked for L0).
 	trivialMove bool
 	version     *version.Version
 	score       float64
@@ -166,8 +166,12 @@ func (d *DB) newCompactionLocked(v *version.Version, startLevel, outputLevel int
 			break
 		}
 	}
+	// L0 tables move only when a merge would drop nothing: they do not
+	// overlap one another (a sequential fill) and hold one version per
+	// key, so shadowed data and tombstones, and the blob garbage they
+	// reveal, are still found by the L0 compaction that merges them.
 	c.trivialMove = startLevel != outputLevel && len(c.inputs[1]) == 0 &&
-		(startLevel > 0 || disjointFiles(c.inputs[0]))
+		(startLevel > 0 || (disjointFiles(c.inputs[0]) && allOneVersionPerKey(c.inputs[0])))
 	for _, f := range all {
 		f.Compacting = true
 	}
