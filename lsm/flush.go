@@ -14,7 +14,8 @@ import (
 
 // Flush writes every memtable to L0 and waits until it is done. The
 // mutable memtable is switched out first, so Flush makes every write
-// acknowledged before it durable in SSTs.
+// acknowledged before it durable in SSTs. When it returns, the WALs of the
+// flushed memtables are removed.
 func (d *DB) Flush() error {
 	if err := d.checkOpen(); err != nil {
 		return err
@@ -45,6 +46,11 @@ func (d *DB) Flush() error {
 	if d.mu.closing {
 		return ErrClosed
 	}
+	// The flush goroutine removes the flushed memtables' WALs after it
+	// has taken them off the queue: wait for it.
+	d.mu.Unlock()
+	d.deleteObsoleteFiles()
+	d.mu.Lock()
 	return nil
 }
 
