@@ -274,16 +274,14 @@ func (n *Node) Start() (err error) {
 	n.applier = &membership.Applier{Raft: n.raft, Timeout: c.ApplyTimeout}
 
 	// gRPC.
-	n.grpc = grpc.NewServer(
-		grpc.MaxRecvMsgSize(maxMessageSize(c.MaxValueSize)),
-		grpc.MaxSendMsgSize(maxMessageSize(c.MaxValueSize)),
+	n.grpc = grpc.NewServer(append(n.serverLimitOptions(),
 		// Serve requests on a pool of goroutines whose stacks have grown
 		// already (gRPC falls back to a new goroutine when every worker is
 		// busy): a new goroutine per request spent ~12% of a leader's CPU
 		// growing its stack (runtime.newstack/copystack) under 64 clients
 		// of linearizable gets.
 		grpc.NumStreamWorkers(grpcStreamWorkers),
-	)
+	)...)
 	cairnpb.RegisterKVServer(n.grpc, &kvService{n: n})
 	cairnpb.RegisterClusterServer(n.grpc, &clusterService{n: n})
 	n.grpc.RegisterService(&readIndexServiceDesc, n)
