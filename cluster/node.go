@@ -102,6 +102,9 @@ type Node struct {
 	testGossipView atomic.Pointer[func() []membership.Member]
 	// savedPeers is what savePeers last wrote.
 	savedPeers []string
+	// keyringMu serializes gossip keyring changes with the writes of the
+	// keyring file (gossipkeys.go).
+	keyringMu sync.Mutex
 
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
@@ -391,6 +394,10 @@ func (n *Node) startGossip() error {
 	if err != nil {
 		return fmt.Errorf("cluster: gossip address: %w", err)
 	}
+	primaryKey, otherKeys, err := n.gossipKeys()
+	if err != nil {
+		return err
+	}
 	mc := membership.Config{
 		Meta: membership.Meta{
 			ID:          c.ID,
@@ -402,7 +409,8 @@ func (n *Node) startGossip() error {
 		BindAddr:  host,
 		BindPort:  port,
 		Profile:   c.GossipProfile,
-		SecretKey: c.GossipKey,
+		SecretKey: primaryKey,
+		Keys:      otherKeys,
 		Logger:    n.log.With("component", "memberlist"),
 		Now:       c.Now,
 		Tune:      c.GossipTune,
