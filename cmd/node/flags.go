@@ -36,6 +36,7 @@ type options struct {
 	logLevel                                string
 	configFile                              string
 	raftStorage                             raftStorageFlags
+	security                                securityFlags
 	policy                                  policyFlags
 	fs                                      *flag.FlagSet
 	explicitlySet                           map[string]bool // flags the command line or the file set
@@ -69,6 +70,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.configFile, "config", "", "JSON file of flag values (keys are flag names; command-line flags win)")
 	o.raftStorage.register(fs)
+	o.security.register(fs)
 	fs.Usage = func() {} // errors are reported in one line; -h prints printUsage
 	return fs
 }
@@ -217,6 +219,9 @@ func (o *options) clusterConfig(stderr io.Writer) (cluster.Config, error) {
 		RaftLogLevel:        max(level, slog.LevelInfo),
 	}
 	o.raftStorage.apply(&cfg)
+	if err := o.security.apply(&cfg, o.gossipKey, logger); err != nil {
+		return cluster.Config{}, err
+	}
 	return cfg, nil
 }
 
