@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/cairnkv/cairn/api/cairnpb"
 	"google.golang.org/grpc"
 )
 
@@ -51,8 +52,13 @@ func (n *Node) serverLimitOptions() []grpc.ServerOption {
 // and Status included, which never pass through requestContext) ends. A
 // call cut short fails with DeadlineExceeded, as it would at its own
 // deadline. Streaming calls (Backup, Trace) are not bounded here: they last
-// as long as the data they carry, and end when the client goes away.
-func (n *Node) limitDeadline(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// as long as the data they carry, and end when the client goes away; nor is
+// Snapshot, whose raft snapshot of a large state machine takes minutes
+// (`cairn snapshot take` gives it 10).
+func (n *Node) limitDeadline(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if info.FullMethod == cairnpb.Cluster_Snapshot_FullMethodName {
+		return handler(ctx, req)
+	}
 	ctx, cancel := n.boundDeadline(ctx)
 	defer cancel()
 	return handler(ctx, req)
