@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
+	"github.com/hashicorp/go-msgpack/v2/codec"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
@@ -419,4 +420,42 @@ func TestMaxConcurrentStreams(t *testing.T) {
 		}
 	}
 	get(t, kv, "k", cairnpb.Consistency_SERIALIZABLE)
+}
+
+// TestGossipMalformedStreams sends memberlist TCP messages that crashed
+// memberlist v0.6.0 to an unencrypted node (any host that reaches the
+// gossip port can send them): a push-pull whose node state carries a
+// protocol version list of one entry (v0.6.0 indexed it up to [5]: a
+// panic), and a user message claiming 2^40 bytes (v0.6.0 allocated them).
+// memberlist v0.7.0 refuses both; the node must keep serving.
+func TestGossipMalformedStreams(t *testing.T) {
+	tc := newTestCluster(t)
+	n := tc.formCluster(1, nil)[0]
+	kv := tc.kv(n)
+	put(t, kv, "k", "v")
+	enc := func(vs ...any) []byte {
+		var b []byte
+		for _, v := range vs {
+			var buf []byte
+			if err := codec.NewEncoderBytes(&buf, &codec.MsgpackHandle{}).Encode(v); err != nil {
+				t.Fatal(err)
+			}
+			b = append(b, buf...)
+		}
+		return b
+	}
+	const pushPullMsg, userMsg = 6, 8 // memberlist's messageType values
+	pushPull := append([]byte{pushPullMsg}, enc(
+		map[string]any{"Nodes": 1, "UserStateLen": 0, "Join": false},
+		map[string]any{"Name": "intruder", "Addr": []byte{127, 0, 0, 1}, "Port": 1, "Incarnation": 1, "State": 0, "Vsn": []byte{1}},
+	)...)
+	sendTCP(t, n.GossipAddr(), pushPull)
+	sendTCP(t, n.GossipAddr(), append([]byte{userMsg}, enc(map[string]any{"UserMsgLen": 1 << 40})...))
+	put(t, kv, "k", "after")
+	if got := get(t, kv, "k", cairnpb.Consistency_LINEARIZABLE); string(got.GetKv().GetValue()) != "after" {
+		t.Fatalf("get after the gossip garbage: %q", got.GetKv().GetValue())
+	}
+	if _, ok := n.member("intruder"); ok {
+		t.Fatal("the node took the intruder's malformed state")
+	}
 }

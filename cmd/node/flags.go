@@ -55,7 +55,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.advGossipAddr, "advertise-gossip-addr", "", "gossip address other nodes dial (default: the listen address)")
 	fs.Var(&o.join, "join", "comma-separated gossip addresses of nodes to join")
 	fs.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "form a new cluster once this many servers are seen (default 1 without --join, 0 with it: join an existing cluster)")
-	fs.StringVar(&o.gossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) encrypting gossip; the same on every node (recommended: memberlist v0.6 lacks v0.7's malformed-packet hardening)")
+	fs.StringVar(&o.gossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) encrypting gossip; the same on every node (recommended; it shows in the process list: prefer --gossip-key-file). Once the node has a keyring file (data-dir/gossip.keyring), that wins")
 	fs.BoolVar(&o.nonVoter, "non-voter", false, "stay a non-voting member (a read replica)")
 	// Hidden (printUsage skips "unsafe-" flags): for the jepsen harness's
 	// must-fail check only.
