@@ -2,6 +2,9 @@ package cluster
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,7 +74,11 @@ func seesAlive(n *Node, id string) bool {
 func TestGossipKeyRotation(t *testing.T) {
 	oldKey, newKey := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 16)
 	tc := newTestCluster(t)
-	nodes := tc.formCluster(3, func(c *Config) { c.GossipKey = oldKey })
+	// Every log line of every node, at debug level, to check that no key
+	// is ever logged.
+	logs := &lockedBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	nodes := tc.formCluster(3, func(c *Config) { c.GossipKey, c.Logger = oldKey, logger.With("node", c.ID) })
 	n1 := nodes[0]
 
 	checkKeyring(t, keyringOp(t, tc, n1, cairnpb.GossipKeyringRequest_LIST, nil, 3), oldKey, oldKey)
@@ -136,6 +143,18 @@ func TestGossipKeyRotation(t *testing.T) {
 	}
 	if len(n5.disc.Members()) != 1 {
 		t.Fatalf("n5 (wrong key) sees %d members", len(n5.disc.Members()))
+	}
+
+	out := logs.String()
+	if !strings.Contains(out, "gossip keyring changed") {
+		t.Fatal("the keyring changes were not logged")
+	}
+	for _, k := range [][]byte{oldKey, newKey} {
+		for _, enc := range []string{base64.StdEncoding.EncodeToString(k), hex.EncodeToString(k), string(k)} {
+			if strings.Contains(out, enc) {
+				t.Fatalf("a gossip key is in the logs (as %q)", enc)
+			}
+		}
 	}
 }
 
