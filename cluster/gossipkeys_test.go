@@ -80,6 +80,17 @@ func TestGossipKeyRotation(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	nodes := tc.formCluster(3, func(c *Config) { c.GossipKey, c.Logger = oldKey, logger.With("node", c.ID) })
 	n1 := nodes[0]
+	// The operations reach the members the serving node sees alive.
+	waitFor(t, 10*time.Second, "every node seeing the others alive", func() bool {
+		for _, a := range nodes {
+			for _, b := range nodes {
+				if a != b && !seesAlive(a, b.ID()) {
+					return false
+				}
+			}
+		}
+		return true
+	})
 
 	checkKeyring(t, keyringOp(t, tc, n1, cairnpb.GossipKeyringRequest_LIST, nil, 3), oldKey, oldKey)
 

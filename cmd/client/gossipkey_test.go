@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cairnkv/cairn/cluster/membership"
 )
@@ -46,6 +47,19 @@ func TestCLIGossipKey(t *testing.T) {
 			a, b = b, a
 		}
 		return []string{a, b}
+	}
+	// The operations reach the members the serving node sees alive: wait
+	// until it sees all three.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var nodes []nodeKeys
+		if err := json.Unmarshal([]byte(ok(t, "", "gossip-key", "list", "-o", "json")), &nodes); err == nil && len(nodes) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gossip-key list never reached 3 nodes")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	check("before", oldFP, oldFP)
 	if out := ok(t, "", "gossip-key", "install", newB64); !strings.Contains(out, "NODE") || strings.Count(out, newFP) != 3 {
