@@ -219,7 +219,7 @@ func (o *options) clusterConfig(stderr io.Writer) (cluster.Config, error) {
 		RaftLogLevel:        max(level, slog.LevelInfo),
 	}
 	o.raftStorage.apply(&cfg)
-	if err := o.security.apply(&cfg, o.gossipKey, logger); err != nil {
+	if err := o.security.apply(&cfg, o.gossipKey, o.configFile, logger); err != nil {
 		return cluster.Config{}, err
 	}
 	return cfg, nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -29,9 +30,9 @@ func (s *securityFlags) register(fs *flag.FlagSet) {
 }
 
 // apply sets the limits in c and, with --gossip-key-file, its gossip key
-// (gossipKey is --gossip-key's value). A key file readable by others is
-// used with a warning.
-func (s *securityFlags) apply(c *cluster.Config, gossipKey string, log *slog.Logger) error {
+// (gossipKey is --gossip-key's value). A key file, or a --config file
+// that sets gossip-key, readable by others is used with a warning.
+func (s *securityFlags) apply(c *cluster.Config, gossipKey, configFile string, log *slog.Logger) error {
 	switch {
 	case s.requestTimeout <= 0:
 		return fmt.Errorf("--request-timeout %v: must be positive", s.requestTimeout)
@@ -42,6 +43,9 @@ func (s *securityFlags) apply(c *cluster.Config, gossipKey string, log *slog.Log
 	}
 	c.RequestTimeout, c.MaxRequestTimeout = s.requestTimeout, s.maxRequestTimeout
 	c.MaxConcurrentStreams = uint32(s.maxConcurrentStreams)
+	if gossipKey != "" && configFile != "" && configHasKey(configFile, "gossip-key") {
+		cluster.WarnIfReadableByOthers(log, configFile, "config (it holds --gossip-key)")
+	}
 	if s.gossipKeyFile == "" {
 		return nil
 	}
@@ -60,4 +64,18 @@ func (s *securityFlags) apply(c *cluster.Config, gossipKey string, log *slog.Log
 	}
 	c.GossipKey = k
 	return nil
+}
+
+// configHasKey reports whether the JSON config file name sets key.
+func configHasKey(name, key string) bool {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return false
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(b, &m) != nil {
+		return false
+	}
+	_, ok := m[key]
+	return ok
 }

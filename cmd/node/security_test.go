@@ -67,6 +67,14 @@ func TestSecurityFlags(t *testing.T) {
 	if _, err = o.clusterConfig(&logs); err == nil || strings.Contains(err.Error(), "bm90IGEga2V5") {
 		t.Fatalf("bad key file: %v, want an error that does not echo it", err)
 	}
+	// A --config file that sets gossip-key is a key file too.
+	conf := filepath.Join(dir, "node.json")
+	os.WriteFile(conf, []byte(`{"gossip-key": "`+base64.StdEncoding.EncodeToString(key)+`"}`), 0o644)
+	logs.Reset()
+	o, _ = parseFlags([]string{"--config", conf}, &logs)
+	if cfg, err = o.clusterConfig(&logs); err != nil || !bytes.Equal(cfg.GossipKey, key) || !strings.Contains(logs.String(), "accessible to other users") {
+		t.Fatalf("config file with gossip-key, mode 0644: %v, log %q", err, logs.String())
+	}
 	o, _ = parseFlags([]string{"--gossip-key-file", name, "--gossip-key", base64.StdEncoding.EncodeToString(key)}, &logs)
 	if _, err = o.clusterConfig(&logs); err == nil {
 		t.Fatal("--gossip-key with --gossip-key-file accepted")
