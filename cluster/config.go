@@ -115,6 +115,14 @@ type Config struct {
 	// RequestTimeout bounds a request that arrives without a deadline;
 	// default 10s.
 	RequestTimeout time.Duration
+	// MaxRequestTimeout caps the deadline of every unary gRPC call: a
+	// deadline further away is cut to this; default
+	// DefaultMaxRequestTimeout. At least RequestTimeout.
+	MaxRequestTimeout time.Duration
+	// MaxConcurrentStreams bounds the calls one client connection may have
+	// open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); default
+	// DefaultMaxConcurrentStreams.
+	MaxConcurrentStreams uint32
 	// ApplyTimeout bounds how long a write waits to enter raft's queue;
 	// default 5s.
 	ApplyTimeout time.Duration
@@ -269,6 +277,13 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	defDur(&c.RequestTimeout, 10*time.Second)
+	defDur(&c.MaxRequestTimeout, DefaultMaxRequestTimeout)
+	if c.MaxRequestTimeout > 0 && c.MaxRequestTimeout < c.RequestTimeout {
+		return bad("max request timeout %v < request timeout %v", c.MaxRequestTimeout, c.RequestTimeout)
+	}
+	if c.MaxConcurrentStreams == 0 {
+		c.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
 	defDur(&c.ApplyTimeout, 5*time.Second)
 	defDur(&c.LeaderWaitTimeout, 3*time.Second)
 	defDur(&c.ShutdownTimeout, 5*time.Second)
@@ -281,6 +296,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"heartbeat timeout", c.HeartbeatTimeout}, {"election timeout", c.ElectionTimeout},
 		{"leader lease timeout", c.LeaderLeaseTimeout}, {"commit timeout", c.CommitTimeout},
 		{"snapshot interval", c.SnapshotInterval}, {"request timeout", c.RequestTimeout},
+		{"max request timeout", c.MaxRequestTimeout},
 		{"apply timeout", c.ApplyTimeout}, {"leader wait timeout", c.LeaderWaitTimeout},
 		{"shutdown timeout", c.ShutdownTimeout}, {"stop timeout", c.StopTimeout},
 		{"reconcile interval", c.ReconcileInterval},

@@ -186,6 +186,12 @@
 // A write that fails with Unavailable or DeadlineExceeded may or may not
 // have been applied: retry it with the same client_id and seq.
 //
+// Every unary call runs under a deadline: RequestTimeout if the client set
+// none, and none later than MaxRequestTimeout from its arrival (Snapshot
+// and the streams excepted); a connection has at most
+// MaxConcurrentStreams calls open (limits.go). The per-request limits
+// (keys, values, Txn size, Scan page) are api/cairnpb/limits.go's.
+//
 // # Logs and peer connections
 //
 // Raft's log lines go to the node's slog.Logger (logging.go). A warning or
@@ -212,6 +218,7 @@
 //	  gossip-peers       gossip addresses of the last known alive peers
 //	  incarnation        this run's gossip incarnation (Departed servers)
 //	  departed           departure records (Departed servers)
+//	  gossip.keyring     the gossip keys, mode 0600, if gossip is encrypted (gossipkeys.go)
 //	  seed-incomplete    present while `cairn-node restore` runs (Start refuses)
 //	  raft/wal/          raft-wal log and stable store (segments, wal-meta.db)
 //	  raft/raft.db       or: raft-boltdb log and stable store

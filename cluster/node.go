@@ -102,6 +102,9 @@ type Node struct {
 	testGossipView atomic.Pointer[func() []membership.Member]
 	// savedPeers is what savePeers last wrote.
 	savedPeers []string
+	// keyringMu serializes gossip keyring changes with the writes of the
+	// keyring file (gossipkeys.go).
+	keyringMu sync.Mutex
 
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
@@ -274,16 +277,14 @@ func (n *Node) Start() (err error) {
 	n.applier = &membership.Applier{Raft: n.raft, Timeout: c.ApplyTimeout}
 
 	// gRPC.
-	n.grpc = grpc.NewServer(
-		grpc.MaxRecvMsgSize(maxMessageSize(c.MaxValueSize)),
-		grpc.MaxSendMsgSize(maxMessageSize(c.MaxValueSize)),
+	n.grpc = grpc.NewServer(append(n.serverLimitOptions(),
 		// Serve requests on a pool of goroutines whose stacks have grown
 		// already (gRPC falls back to a new goroutine when every worker is
 		// busy): a new goroutine per request spent ~12% of a leader's CPU
 		// growing its stack (runtime.newstack/copystack) under 64 clients
 		// of linearizable gets.
 		grpc.NumStreamWorkers(grpcStreamWorkers),
-	)
+	)...)
 	cairnpb.RegisterKVServer(n.grpc, &kvService{n: n})
 	cairnpb.RegisterClusterServer(n.grpc, &clusterService{n: n})
 	n.grpc.RegisterService(&readIndexServiceDesc, n)
@@ -393,6 +394,10 @@ func (n *Node) startGossip() error {
 	if err != nil {
 		return fmt.Errorf("cluster: gossip address: %w", err)
 	}
+	primaryKey, otherKeys, err := n.gossipKeys()
+	if err != nil {
+		return err
+	}
 	mc := membership.Config{
 		Meta: membership.Meta{
 			ID:          c.ID,
@@ -404,7 +409,8 @@ func (n *Node) startGossip() error {
 		BindAddr:  host,
 		BindPort:  port,
 		Profile:   c.GossipProfile,
-		SecretKey: c.GossipKey,
+		SecretKey: primaryKey,
+		Keys:      otherKeys,
 		Logger:    n.log.With("component", "memberlist"),
 		Now:       c.Now,
 		Tune:      c.GossipTune,

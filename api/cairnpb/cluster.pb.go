@@ -185,6 +185,65 @@ func (MemberStatus) EnumDescriptor() ([]byte, []int) {
 	return file_cairnpb_cluster_proto_rawDescGZIP(), []int{2}
 }
 
+type GossipKeyringRequest_Op int32
+
+const (
+	// LIST returns each node's key fingerprints.
+	GossipKeyringRequest_LIST GossipKeyringRequest_Op = 0
+	// INSTALL adds key to the keyring: the node then accepts gossip
+	// encrypted with it, and still sends with its primary key.
+	GossipKeyringRequest_INSTALL GossipKeyringRequest_Op = 1
+	// USE makes key, already installed, the primary key: the one the
+	// node encrypts with.
+	GossipKeyringRequest_USE GossipKeyringRequest_Op = 2
+	// REMOVE drops key from the keyring; the primary key cannot be
+	// removed.
+	GossipKeyringRequest_REMOVE GossipKeyringRequest_Op = 3
+)
+
+// Enum value maps for GossipKeyringRequest_Op.
+var (
+	GossipKeyringRequest_Op_name = map[int32]string{
+		0: "LIST",
+		1: "INSTALL",
+		2: "USE",
+		3: "REMOVE",
+	}
+	GossipKeyringRequest_Op_value = map[string]int32{
+		"LIST":    0,
+		"INSTALL": 1,
+		"USE":     2,
+		"REMOVE":  3,
+	}
+)
+
+func (x GossipKeyringRequest_Op) Enum() *GossipKeyringRequest_Op {
+	p := new(GossipKeyringRequest_Op)
+	*p = x
+	return p
+}
+
+func (x GossipKeyringRequest_Op) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GossipKeyringRequest_Op) Descriptor() protoreflect.EnumDescriptor {
+	return file_cairnpb_cluster_proto_enumTypes[3].Descriptor()
+}
+
+func (GossipKeyringRequest_Op) Type() protoreflect.EnumType {
+	return &file_cairnpb_cluster_proto_enumTypes[3]
+}
+
+func (x GossipKeyringRequest_Op) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GossipKeyringRequest_Op.Descriptor instead.
+func (GossipKeyringRequest_Op) EnumDescriptor() ([]byte, []int) {
+	return file_cairnpb_cluster_proto_rawDescGZIP(), []int{21, 0}
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1571,6 +1630,188 @@ func (x *TraceResponse) GetData() []byte {
 	return nil
 }
 
+type GossipKeyringRequest struct {
+	state protoimpl.MessageState  `protogen:"open.v1"`
+	Op    GossipKeyringRequest_Op `protobuf:"varint,1,opt,name=op,proto3,enum=cairn.v1.GossipKeyringRequest_Op" json:"op,omitempty"`
+	// key is the raw key (16, 24 or 32 bytes) for INSTALL, USE and REMOVE.
+	Key []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// local_only applies the operation to the serving node only (nodes set
+	// it when they pass an operation on).
+	LocalOnly     bool `protobuf:"varint,3,opt,name=local_only,json=localOnly,proto3" json:"local_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GossipKeyringRequest) Reset() {
+	*x = GossipKeyringRequest{}
+	mi := &file_cairnpb_cluster_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GossipKeyringRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GossipKeyringRequest) ProtoMessage() {}
+
+func (x *GossipKeyringRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cairnpb_cluster_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GossipKeyringRequest.ProtoReflect.Descriptor instead.
+func (*GossipKeyringRequest) Descriptor() ([]byte, []int) {
+	return file_cairnpb_cluster_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GossipKeyringRequest) GetOp() GossipKeyringRequest_Op {
+	if x != nil {
+		return x.Op
+	}
+	return GossipKeyringRequest_LIST
+}
+
+func (x *GossipKeyringRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *GossipKeyringRequest) GetLocalOnly() bool {
+	if x != nil {
+		return x.LocalOnly
+	}
+	return false
+}
+
+// GossipKeyringNode is one node's keyring, or why the operation failed
+// there.
+type GossipKeyringNode struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// primary is the fingerprint of the key the node encrypts with.
+	Primary string `protobuf:"bytes,2,opt,name=primary,proto3" json:"primary,omitempty"`
+	// fingerprints of every key the node accepts, primary included, sorted.
+	// A fingerprint is the first 8 bytes of the key's SHA-256, in hex.
+	Fingerprints []string `protobuf:"bytes,3,rep,name=fingerprints,proto3" json:"fingerprints,omitempty"`
+	// error is empty if the operation succeeded on the node.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GossipKeyringNode) Reset() {
+	*x = GossipKeyringNode{}
+	mi := &file_cairnpb_cluster_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GossipKeyringNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GossipKeyringNode) ProtoMessage() {}
+
+func (x *GossipKeyringNode) ProtoReflect() protoreflect.Message {
+	mi := &file_cairnpb_cluster_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GossipKeyringNode.ProtoReflect.Descriptor instead.
+func (*GossipKeyringNode) Descriptor() ([]byte, []int) {
+	return file_cairnpb_cluster_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GossipKeyringNode) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *GossipKeyringNode) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *GossipKeyringNode) GetFingerprints() []string {
+	if x != nil {
+		return x.Fingerprints
+	}
+	return nil
+}
+
+func (x *GossipKeyringNode) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type GossipKeyringResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// nodes holds one entry per node asked (the serving node first).
+	Nodes         []*GossipKeyringNode `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GossipKeyringResponse) Reset() {
+	*x = GossipKeyringResponse{}
+	mi := &file_cairnpb_cluster_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GossipKeyringResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GossipKeyringResponse) ProtoMessage() {}
+
+func (x *GossipKeyringResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cairnpb_cluster_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GossipKeyringResponse.ProtoReflect.Descriptor instead.
+func (*GossipKeyringResponse) Descriptor() ([]byte, []int) {
+	return file_cairnpb_cluster_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GossipKeyringResponse) GetNodes() []*GossipKeyringNode {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
 type EngineMetrics_Level struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Level         uint32                 `protobuf:"varint,1,opt,name=level,proto3" json:"level,omitempty"`
@@ -1583,7 +1824,7 @@ type EngineMetrics_Level struct {
 
 func (x *EngineMetrics_Level) Reset() {
 	*x = EngineMetrics_Level{}
-	mi := &file_cairnpb_cluster_proto_msgTypes[21]
+	mi := &file_cairnpb_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1836,7 @@ func (x *EngineMetrics_Level) String() string {
 func (*EngineMetrics_Level) ProtoMessage() {}
 
 func (x *EngineMetrics_Level) ProtoReflect() protoreflect.Message {
-	mi := &file_cairnpb_cluster_proto_msgTypes[21]
+	mi := &file_cairnpb_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +1988,25 @@ const file_cairnpb_cluster_proto_rawDesc = "" +
 	"\x12sampling_frequency\x18\x02 \x01(\x04R\x11samplingFrequency\x12$\n" +
 	"\x0emax_size_bytes\x18\x03 \x01(\x03R\fmaxSizeBytes\"#\n" +
 	"\rTraceResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data*^\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xac\x01\n" +
+	"\x14GossipKeyringRequest\x121\n" +
+	"\x02op\x18\x01 \x01(\x0e2!.cairn.v1.GossipKeyringRequest.OpR\x02op\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x1d\n" +
+	"\n" +
+	"local_only\x18\x03 \x01(\bR\tlocalOnly\"0\n" +
+	"\x02Op\x12\b\n" +
+	"\x04LIST\x10\x00\x12\v\n" +
+	"\aINSTALL\x10\x01\x12\a\n" +
+	"\x03USE\x10\x02\x12\n" +
+	"\n" +
+	"\x06REMOVE\x10\x03\"\x80\x01\n" +
+	"\x11GossipKeyringNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
+	"\aprimary\x18\x02 \x01(\tR\aprimary\x12\"\n" +
+	"\ffingerprints\x18\x03 \x03(\tR\ffingerprints\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"J\n" +
+	"\x15GossipKeyringResponse\x121\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x1b.cairn.v1.GossipKeyringNodeR\x05nodes*^\n" +
 	"\tRaftState\x12\x1a\n" +
 	"\x16RAFT_STATE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bFOLLOWER\x10\x01\x12\r\n" +
@@ -1764,7 +2023,7 @@ const file_cairnpb_cluster_proto_rawDesc = "" +
 	"\x05ALIVE\x10\x01\x12\v\n" +
 	"\aSUSPECT\x10\x02\x12\b\n" +
 	"\x04DEAD\x10\x03\x12\b\n" +
-	"\x04LEFT\x10\x042\xae\x04\n" +
+	"\x04LEFT\x10\x042\x80\x05\n" +
 	"\aCluster\x12;\n" +
 	"\x06Status\x12\x17.cairn.v1.StatusRequest\x1a\x18.cairn.v1.StatusResponse\x12>\n" +
 	"\aMembers\x12\x18.cairn.v1.MembersRequest\x1a\x19.cairn.v1.MembersResponse\x12D\n" +
@@ -1773,7 +2032,8 @@ const file_cairnpb_cluster_proto_rawDesc = "" +
 	"\x0eTransferLeader\x12\x1f.cairn.v1.TransferLeaderRequest\x1a .cairn.v1.TransferLeaderResponse\x12A\n" +
 	"\bSnapshot\x12\x19.cairn.v1.SnapshotRequest\x1a\x1a.cairn.v1.SnapshotResponse\x12=\n" +
 	"\x06Backup\x12\x17.cairn.v1.BackupRequest\x1a\x18.cairn.v1.BackupResponse0\x01\x12:\n" +
-	"\x05Trace\x12\x16.cairn.v1.TraceRequest\x1a\x17.cairn.v1.TraceResponse0\x01B&Z$github.com/cairnkv/cairn/api/cairnpbb\x06proto3"
+	"\x05Trace\x12\x16.cairn.v1.TraceRequest\x1a\x17.cairn.v1.TraceResponse0\x01\x12P\n" +
+	"\rGossipKeyring\x12\x1e.cairn.v1.GossipKeyringRequest\x1a\x1f.cairn.v1.GossipKeyringResponseB&Z$github.com/cairnkv/cairn/api/cairnpbb\x06proto3"
 
 var (
 	file_cairnpb_cluster_proto_rawDescOnce sync.Once
@@ -1787,66 +2047,74 @@ func file_cairnpb_cluster_proto_rawDescGZIP() []byte {
 	return file_cairnpb_cluster_proto_rawDescData
 }
 
-var file_cairnpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_cairnpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_cairnpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_cairnpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_cairnpb_cluster_proto_goTypes = []any{
 	(RaftState)(0),                 // 0: cairn.v1.RaftState
 	(Suffrage)(0),                  // 1: cairn.v1.Suffrage
 	(MemberStatus)(0),              // 2: cairn.v1.MemberStatus
-	(*StatusRequest)(nil),          // 3: cairn.v1.StatusRequest
-	(*StatusResponse)(nil),         // 4: cairn.v1.StatusResponse
-	(*EngineMetrics)(nil),          // 5: cairn.v1.EngineMetrics
-	(*MembersRequest)(nil),         // 6: cairn.v1.MembersRequest
-	(*Member)(nil),                 // 7: cairn.v1.Member
-	(*MembersResponse)(nil),        // 8: cairn.v1.MembersResponse
-	(*AddMemberRequest)(nil),       // 9: cairn.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),      // 10: cairn.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),    // 11: cairn.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),   // 12: cairn.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),  // 13: cairn.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 14: cairn.v1.TransferLeaderResponse
-	(*SnapshotRequest)(nil),        // 15: cairn.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),       // 16: cairn.v1.SnapshotResponse
-	(*BackupRequest)(nil),          // 17: cairn.v1.BackupRequest
-	(*BackupFile)(nil),             // 18: cairn.v1.BackupFile
-	(*BackupHeader)(nil),           // 19: cairn.v1.BackupHeader
-	(*BackupChunk)(nil),            // 20: cairn.v1.BackupChunk
-	(*BackupResponse)(nil),         // 21: cairn.v1.BackupResponse
-	(*TraceRequest)(nil),           // 22: cairn.v1.TraceRequest
-	(*TraceResponse)(nil),          // 23: cairn.v1.TraceResponse
-	(*EngineMetrics_Level)(nil),    // 24: cairn.v1.EngineMetrics.Level
+	(GossipKeyringRequest_Op)(0),   // 3: cairn.v1.GossipKeyringRequest.Op
+	(*StatusRequest)(nil),          // 4: cairn.v1.StatusRequest
+	(*StatusResponse)(nil),         // 5: cairn.v1.StatusResponse
+	(*EngineMetrics)(nil),          // 6: cairn.v1.EngineMetrics
+	(*MembersRequest)(nil),         // 7: cairn.v1.MembersRequest
+	(*Member)(nil),                 // 8: cairn.v1.Member
+	(*MembersResponse)(nil),        // 9: cairn.v1.MembersResponse
+	(*AddMemberRequest)(nil),       // 10: cairn.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),      // 11: cairn.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),    // 12: cairn.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),   // 13: cairn.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),  // 14: cairn.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 15: cairn.v1.TransferLeaderResponse
+	(*SnapshotRequest)(nil),        // 16: cairn.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),       // 17: cairn.v1.SnapshotResponse
+	(*BackupRequest)(nil),          // 18: cairn.v1.BackupRequest
+	(*BackupFile)(nil),             // 19: cairn.v1.BackupFile
+	(*BackupHeader)(nil),           // 20: cairn.v1.BackupHeader
+	(*BackupChunk)(nil),            // 21: cairn.v1.BackupChunk
+	(*BackupResponse)(nil),         // 22: cairn.v1.BackupResponse
+	(*TraceRequest)(nil),           // 23: cairn.v1.TraceRequest
+	(*TraceResponse)(nil),          // 24: cairn.v1.TraceResponse
+	(*GossipKeyringRequest)(nil),   // 25: cairn.v1.GossipKeyringRequest
+	(*GossipKeyringNode)(nil),      // 26: cairn.v1.GossipKeyringNode
+	(*GossipKeyringResponse)(nil),  // 27: cairn.v1.GossipKeyringResponse
+	(*EngineMetrics_Level)(nil),    // 28: cairn.v1.EngineMetrics.Level
 }
 var file_cairnpb_cluster_proto_depIdxs = []int32{
 	0,  // 0: cairn.v1.StatusResponse.state:type_name -> cairn.v1.RaftState
-	5,  // 1: cairn.v1.StatusResponse.engine:type_name -> cairn.v1.EngineMetrics
-	24, // 2: cairn.v1.EngineMetrics.levels:type_name -> cairn.v1.EngineMetrics.Level
+	6,  // 1: cairn.v1.StatusResponse.engine:type_name -> cairn.v1.EngineMetrics
+	28, // 2: cairn.v1.EngineMetrics.levels:type_name -> cairn.v1.EngineMetrics.Level
 	1,  // 3: cairn.v1.Member.suffrage:type_name -> cairn.v1.Suffrage
 	2,  // 4: cairn.v1.Member.status:type_name -> cairn.v1.MemberStatus
-	7,  // 5: cairn.v1.MembersResponse.members:type_name -> cairn.v1.Member
-	18, // 6: cairn.v1.BackupHeader.files:type_name -> cairn.v1.BackupFile
-	19, // 7: cairn.v1.BackupResponse.header:type_name -> cairn.v1.BackupHeader
-	20, // 8: cairn.v1.BackupResponse.chunk:type_name -> cairn.v1.BackupChunk
-	3,  // 9: cairn.v1.Cluster.Status:input_type -> cairn.v1.StatusRequest
-	6,  // 10: cairn.v1.Cluster.Members:input_type -> cairn.v1.MembersRequest
-	9,  // 11: cairn.v1.Cluster.AddMember:input_type -> cairn.v1.AddMemberRequest
-	11, // 12: cairn.v1.Cluster.RemoveMember:input_type -> cairn.v1.RemoveMemberRequest
-	13, // 13: cairn.v1.Cluster.TransferLeader:input_type -> cairn.v1.TransferLeaderRequest
-	15, // 14: cairn.v1.Cluster.Snapshot:input_type -> cairn.v1.SnapshotRequest
-	17, // 15: cairn.v1.Cluster.Backup:input_type -> cairn.v1.BackupRequest
-	22, // 16: cairn.v1.Cluster.Trace:input_type -> cairn.v1.TraceRequest
-	4,  // 17: cairn.v1.Cluster.Status:output_type -> cairn.v1.StatusResponse
-	8,  // 18: cairn.v1.Cluster.Members:output_type -> cairn.v1.MembersResponse
-	10, // 19: cairn.v1.Cluster.AddMember:output_type -> cairn.v1.AddMemberResponse
-	12, // 20: cairn.v1.Cluster.RemoveMember:output_type -> cairn.v1.RemoveMemberResponse
-	14, // 21: cairn.v1.Cluster.TransferLeader:output_type -> cairn.v1.TransferLeaderResponse
-	16, // 22: cairn.v1.Cluster.Snapshot:output_type -> cairn.v1.SnapshotResponse
-	21, // 23: cairn.v1.Cluster.Backup:output_type -> cairn.v1.BackupResponse
-	23, // 24: cairn.v1.Cluster.Trace:output_type -> cairn.v1.TraceResponse
-	17, // [17:25] is the sub-list for method output_type
-	9,  // [9:17] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	8,  // 5: cairn.v1.MembersResponse.members:type_name -> cairn.v1.Member
+	19, // 6: cairn.v1.BackupHeader.files:type_name -> cairn.v1.BackupFile
+	20, // 7: cairn.v1.BackupResponse.header:type_name -> cairn.v1.BackupHeader
+	21, // 8: cairn.v1.BackupResponse.chunk:type_name -> cairn.v1.BackupChunk
+	3,  // 9: cairn.v1.GossipKeyringRequest.op:type_name -> cairn.v1.GossipKeyringRequest.Op
+	26, // 10: cairn.v1.GossipKeyringResponse.nodes:type_name -> cairn.v1.GossipKeyringNode
+	4,  // 11: cairn.v1.Cluster.Status:input_type -> cairn.v1.StatusRequest
+	7,  // 12: cairn.v1.Cluster.Members:input_type -> cairn.v1.MembersRequest
+	10, // 13: cairn.v1.Cluster.AddMember:input_type -> cairn.v1.AddMemberRequest
+	12, // 14: cairn.v1.Cluster.RemoveMember:input_type -> cairn.v1.RemoveMemberRequest
+	14, // 15: cairn.v1.Cluster.TransferLeader:input_type -> cairn.v1.TransferLeaderRequest
+	16, // 16: cairn.v1.Cluster.Snapshot:input_type -> cairn.v1.SnapshotRequest
+	18, // 17: cairn.v1.Cluster.Backup:input_type -> cairn.v1.BackupRequest
+	23, // 18: cairn.v1.Cluster.Trace:input_type -> cairn.v1.TraceRequest
+	25, // 19: cairn.v1.Cluster.GossipKeyring:input_type -> cairn.v1.GossipKeyringRequest
+	5,  // 20: cairn.v1.Cluster.Status:output_type -> cairn.v1.StatusResponse
+	9,  // 21: cairn.v1.Cluster.Members:output_type -> cairn.v1.MembersResponse
+	11, // 22: cairn.v1.Cluster.AddMember:output_type -> cairn.v1.AddMemberResponse
+	13, // 23: cairn.v1.Cluster.RemoveMember:output_type -> cairn.v1.RemoveMemberResponse
+	15, // 24: cairn.v1.Cluster.TransferLeader:output_type -> cairn.v1.TransferLeaderResponse
+	17, // 25: cairn.v1.Cluster.Snapshot:output_type -> cairn.v1.SnapshotResponse
+	22, // 26: cairn.v1.Cluster.Backup:output_type -> cairn.v1.BackupResponse
+	24, // 27: cairn.v1.Cluster.Trace:output_type -> cairn.v1.TraceResponse
+	27, // 28: cairn.v1.Cluster.GossipKeyring:output_type -> cairn.v1.GossipKeyringResponse
+	20, // [20:29] is the sub-list for method output_type
+	11, // [11:20] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_cairnpb_cluster_proto_init() }
@@ -1863,8 +2131,8 @@ func file_cairnpb_cluster_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cairnpb_cluster_proto_rawDesc), len(file_cairnpb_cluster_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   22,
+			NumEnums:      4,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

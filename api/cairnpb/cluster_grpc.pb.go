@@ -27,6 +27,7 @@ const (
 	Cluster_Snapshot_FullMethodName       = "/cairn.v1.Cluster/Snapshot"
 	Cluster_Backup_FullMethodName         = "/cairn.v1.Cluster/Backup"
 	Cluster_Trace_FullMethodName          = "/cairn.v1.Cluster/Trace"
+	Cluster_GossipKeyring_FullMethodName  = "/cairn.v1.Cluster/GossipKeyring"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -61,6 +62,16 @@ type ClusterClient interface {
 	// FAILED_PRECONDITION if a trace already runs on the node;
 	// INVALID_ARGUMENT for a duration that is not positive.
 	Trace(ctx context.Context, in *TraceRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TraceResponse], error)
+	// GossipKeyring lists or changes the gossip encryption keyring
+	// (memberlist's) of every alive member, as `consul keyring` does: the
+	// serving node applies the operation and passes it to every other
+	// member it sees alive in gossip, and answers with each node's
+	// outcome. Keys are never returned, only their fingerprints.
+	// FAILED_PRECONDITION on a node whose gossip is not encrypted (a
+	// keyring exists only if the node started with a key);
+	// INVALID_ARGUMENT for a key that is not 16, 24 or 32 bytes, or for
+	// using or removing a key the node does not hold (per node).
+	GossipKeyring(ctx context.Context, in *GossipKeyringRequest, opts ...grpc.CallOption) (*GossipKeyringResponse, error)
 }
 
 type clusterClient struct {
@@ -169,6 +180,16 @@ func (c *clusterClient) Trace(ctx context.Context, in *TraceRequest, opts ...grp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_TraceClient = grpc.ServerStreamingClient[TraceResponse]
 
+func (c *clusterClient) GossipKeyring(ctx context.Context, in *GossipKeyringRequest, opts ...grpc.CallOption) (*GossipKeyringResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GossipKeyringResponse)
+	err := c.cc.Invoke(ctx, Cluster_GossipKeyring_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -201,6 +222,16 @@ type ClusterServer interface {
 	// FAILED_PRECONDITION if a trace already runs on the node;
 	// INVALID_ARGUMENT for a duration that is not positive.
 	Trace(*TraceRequest, grpc.ServerStreamingServer[TraceResponse]) error
+	// GossipKeyring lists or changes the gossip encryption keyring
+	// (memberlist's) of every alive member, as `consul keyring` does: the
+	// serving node applies the operation and passes it to every other
+	// member it sees alive in gossip, and answers with each node's
+	// outcome. Keys are never returned, only their fingerprints.
+	// FAILED_PRECONDITION on a node whose gossip is not encrypted (a
+	// keyring exists only if the node started with a key);
+	// INVALID_ARGUMENT for a key that is not 16, 24 or 32 bytes, or for
+	// using or removing a key the node does not hold (per node).
+	GossipKeyring(context.Context, *GossipKeyringRequest) (*GossipKeyringResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -234,6 +265,9 @@ func (UnimplementedClusterServer) Backup(*BackupRequest, grpc.ServerStreamingSer
 }
 func (UnimplementedClusterServer) Trace(*TraceRequest, grpc.ServerStreamingServer[TraceResponse]) error {
 	return status.Error(codes.Unimplemented, "method Trace not implemented")
+}
+func (UnimplementedClusterServer) GossipKeyring(context.Context, *GossipKeyringRequest) (*GossipKeyringResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GossipKeyring not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -386,6 +420,24 @@ func _Cluster_Trace_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_TraceServer = grpc.ServerStreamingServer[TraceResponse]
 
+func _Cluster_GossipKeyring_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GossipKeyringRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).GossipKeyring(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_GossipKeyring_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).GossipKeyring(ctx, req.(*GossipKeyringRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -416,6 +468,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Snapshot",
 			Handler:    _Cluster_Snapshot_Handler,
+		},
+		{
+			MethodName: "GossipKeyring",
+			Handler:    _Cluster_GossipKeyring_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -53,6 +53,10 @@ type Config struct {
 	// SecretKey, if set (16, 24 or 32 bytes), encrypts and authenticates
 	// gossip. Every member needs the same key.
 	SecretKey []byte
+	// Keys are further keys the node accepts gossip encrypted with (a key
+	// rotation in progress, keyring.go); used only with SecretKey, which
+	// stays the key the node encrypts with.
+	Keys [][]byte
 	// Label, if set, is attached to every gossip packet; members with a
 	// different label ignore them, so two clusters on one network never merge.
 	Label string
@@ -94,6 +98,9 @@ type Discovery struct {
 	logger    *slog.Logger
 	retention time.Duration
 	ml        *memberlist.Memberlist // set once by New
+	// keyring is memberlist's keyring, nil if gossip is not encrypted
+	// (keyring.go).
+	keyring *memberlist.Keyring
 
 	// changes has capacity one; a pending value means "membership changed
 	// since you last looked". Never closed: memberlist may deliver a late
@@ -175,7 +182,15 @@ func New(cfg Config) (*Discovery, error) {
 	if cfg.AdvertisePort == 0 {
 		mc.AdvertisePort = cfg.BindPort
 	}
-	mc.SecretKey = cfg.SecretKey
+	if len(cfg.SecretKey) > 0 {
+		kr, err := memberlist.NewKeyring(cfg.Keys, cfg.SecretKey)
+		if err != nil {
+			return nil, fmt.Errorf("membership: gossip keyring: %w", err)
+		}
+		mc.Keyring, d.keyring = kr, kr
+	} else if len(cfg.Keys) > 0 {
+		return nil, errors.New("membership: gossip keys without a primary key (SecretKey)")
+	}
 	mc.Label = cfg.Label
 	mc.Delegate = (*delegate)(d)
 	mc.Events = (*eventDelegate)(d)

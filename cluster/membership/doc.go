@@ -42,7 +42,7 @@
 // # Left or failed
 //
 // memberlist raises NotifyLeave both when a node leaves and when it is
-// declared dead, and in memberlist v0.6.0 the *Node it passes always has
+// declared dead, and in memberlist (v0.6.0 and v0.7.0) the *Node it passes always has
 // State == StateAlive (the real state is in a private field that shadows
 // it; hashicorp/memberlist#293). Discovery.Leave therefore first gossips the
 // leaving flag above and waits for that broadcast to finish, then calls

@@ -12,7 +12,7 @@ const (
 	// StateAlive: the member answers probes.
 	StateAlive State = iota
 	// StateSuspect: the member missed probes and may be failing. Discovery
-	// cannot observe this state with memberlist v0.6.0 (memberlist raises no
+	// cannot observe this state with memberlist v0.7.0 (memberlist raises no
 	// event for it and does not export it); Reconcile accepts it from other
 	// sources and treats it as "not failed, not ready".
 	StateSuspect

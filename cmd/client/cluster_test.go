@@ -52,7 +52,10 @@ func nodeConfig(dir, id string) cluster.Config {
 		GossipTune: func(c *memberlist.Config) {
 			c.ProbeInterval, c.ProbeTimeout, c.GossipInterval, c.SuspicionMult = 200*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond, 2
 		},
-		Logger: logger,
+		// Encrypted gossip, so that `cairn gossip-key` has a keyring
+		// to rotate.
+		GossipKey: bytes.Repeat([]byte{1}, 32),
+		Logger:    logger,
 	}
 }
 

@@ -102,6 +102,7 @@ Exit codes: 0 success; 1 failure (one line on stderr says why), including
 		newPutCmd(g), newGetCmd(g), newDelCmd(g), newScanCmd(g), newTxnCmd(g), newCasCmd(g),
 		newStatusCmd(g), newMembersCmd(g), newMemberCmd(g), newLeaderCmd(g),
 		newSnapshotCmd(g), newBackupCmd(g), newBenchCmd(g), newTraceCmd(g),
+		newGossipKeyCmd(g),
 	)
 	for _, c := range root.Commands() {
 		setUsageErrors(c)

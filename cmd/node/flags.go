@@ -36,6 +36,7 @@ type options struct {
 	logLevel                                string
 	configFile                              string
 	raftStorage                             raftStorageFlags
+	security                                securityFlags
 	policy                                  policyFlags
 	fs                                      *flag.FlagSet
 	explicitlySet                           map[string]bool // flags the command line or the file set
@@ -54,7 +55,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.advGossipAddr, "advertise-gossip-addr", "", "gossip address other nodes dial (default: the listen address)")
 	fs.Var(&o.join, "join", "comma-separated gossip addresses of nodes to join")
 	fs.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "form a new cluster once this many servers are seen (default 1 without --join, 0 with it: join an existing cluster)")
-	fs.StringVar(&o.gossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) encrypting gossip; the same on every node (recommended: memberlist v0.6 lacks v0.7's malformed-packet hardening)")
+	fs.StringVar(&o.gossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) encrypting gossip; the same on every node (recommended; it shows in the process list: prefer --gossip-key-file). Once the node has a keyring file (data-dir/gossip.keyring), that wins")
 	fs.BoolVar(&o.nonVoter, "non-voter", false, "stay a non-voting member (a read replica)")
 	// Hidden (printUsage skips "unsafe-" flags): for the jepsen harness's
 	// must-fail check only.
@@ -69,6 +70,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.configFile, "config", "", "JSON file of flag values (keys are flag names; command-line flags win)")
 	o.raftStorage.register(fs)
+	o.security.register(fs)
 	fs.Usage = func() {} // errors are reported in one line; -h prints printUsage
 	return fs
 }
@@ -217,6 +219,9 @@ func (o *options) clusterConfig(stderr io.Writer) (cluster.Config, error) {
 		RaftLogLevel:        max(level, slog.LevelInfo),
 	}
 	o.raftStorage.apply(&cfg)
+	if err := o.security.apply(&cfg, o.gossipKey, o.configFile, logger); err != nil {
+		return cluster.Config{}, err
+	}
 	return cfg, nil
 }
 
