@@ -42,14 +42,26 @@ import (
 // The old indexes stay in the tables, shadowed, until compactions drop
 // them; their garbage is then ignored (the file is gone).
 //
-// Crash safety: before step 2 the new files are orphans that Open
-// deletes; between 2 and 3 they are in the manifest with no index pointing
-// at them (space, not values, is lost: their records are never counted as
-// garbage, and nothing reclaims them yet); a failed commit of a chunk
-// leaves that chunk's copies the same way (the batch may have reached the
-// WAL, so they cannot be declared garbage); after 3 the WAL holds the new indexes and the old file is still
-// in the manifest until step 4. At no point does an index point into a file
-// the manifest does not hold.
+// Crash safety and failures: before step 2 the new files are orphans that
+// Open deletes (and that GC deletes itself when it stops there: a failed
+// copy, or the DB closing). Step 2 adds them to the manifest marked
+// unsettled (version.BlobFileMetadata.Unsettled): from then on an index
+// may point into them, so they are never deleted while in doubt. Step 3
+// records as garbage of the new files every copy that no index took and
+// that none can take (the precommit check said the key moved on, or the
+// chunk was never committed), and, once every chunk is committed, settles
+// the files. A GC that fails, or a DB that closes or crashes, between 2
+// and the end of 3 leaves files whose garbage is undercounted by the
+// copies of the chunk in doubt (its batch may have reached the WAL: a
+// failed write or sync says nothing about what a reopen replays). Such a
+// file stays unsettled, and blob GC picks unsettled files first, whatever
+// their ratio: its scan keeps only the records an index points at, after
+// the reopen has replayed the WAL, so no copy leaks and none is deleted
+// while an index can reach it. If step 2's manifest write fails, the
+// manifest's state is unknown and the DB must reopen: the files are then
+// either orphans or unsettled. After 3 the WAL holds the new indexes and
+// the old file is still in the manifest until step 4. At no point does an
+// index point into a file the manifest does not hold.
 
 type blobGCState struct {
 	// running is true while a GC job (background or BlobGC) runs; one at a
@@ -70,7 +82,8 @@ type blobRetiring struct {
 	// mem is a memtable at least as new as the rewrite's last batch: the
 	// file is retired only once mem is flushed, so that every version
 	// without the file holds the new indexes in its tables (a checkpoint
-	// copies tables, not the WAL).
+	// copies tables, not the WAL). nil when the rewrite committed no
+	// index.
 	mem *memTable
 }
 
@@ -160,17 +173,23 @@ func (d *DB) BlobGC(minGarbageRatio float64) error {
 }
 
 // blobGCCandidatesLocked returns the current version's blob files whose
-// garbage ratio is at least minRatio and that are not being retired,
-// highest ratio first.
+// garbage ratio is at least minRatio, or that are unsettled, and that are
+// not being retired: unsettled files first, then by highest ratio.
 // REQUIRES: d.mu held.
 func (d *DB) blobGCCandidatesLocked(minRatio float64) []*version.BlobFileMetadata {
 	var out []*version.BlobFileMetadata
 	for _, m := range d.mu.versions.Current().BlobFiles {
-		if m.GarbageRatio() >= minRatio && !d.retiringLocked(m.FileNum) {
+		if (m.Unsettled || m.GarbageRatio() >= minRatio) && !d.retiringLocked(m.FileNum) {
 			out = append(out, m)
 		}
 	}
 	slices.SortFunc(out, func(a, b *version.BlobFileMetadata) int {
+		if a.Unsettled != b.Unsettled {
+			if a.Unsettled {
+				return -1
+			}
+			return 1
+		}
 		if a.GarbageRatio() != b.GarbageRatio() {
 			if a.GarbageRatio() > b.GarbageRatio() {
 				return -1
@@ -191,12 +210,16 @@ func (d *DB) retiringLocked(n base.FileNum) bool {
 	return false
 }
 
-// pickBlobGCLocked returns the file to GC: the one with the most garbage,
-// if its ratio exceeds discardRatio or (with spaceAmp) the blob files'
-// size exceeds BlobMaxSpaceAmp times their live bytes; nil otherwise.
+// pickBlobGCLocked returns the file to GC: an unsettled file, or else the
+// one with the most garbage, if its ratio exceeds discardRatio or (with
+// spaceAmp) the blob files' size exceeds BlobMaxSpaceAmp times their live
+// bytes; nil otherwise.
 // REQUIRES: d.mu held.
 func (d *DB) pickBlobGCLocked(discardRatio float64, spaceAmp bool) *version.BlobFileMetadata {
 	cands := d.blobGCCandidatesLocked(0)
+	if len(cands) > 0 && cands[0].Unsettled {
+		return cands[0]
+	}
 	if len(cands) == 0 || cands[0].GarbageBytes == 0 {
 		return nil
 	}
@@ -235,21 +258,35 @@ func (d *DB) gcBlobFileLocked(m *version.BlobFileMetadata) error {
 	v := d.mu.versions.Current()
 	v.Ref()
 	d.mu.Unlock()
-	cands, outputs, bytesRead, err := d.gcCopyLive(m)
+	cands, sep, bytesRead, err := d.gcCopyLive(m)
 	v.Unref()
 	d.mu.Lock()
+	if err == nil && d.mu.closing {
+		err = ErrClosed
+	}
+	if err == nil {
+		err = d.mu.bgErr
+	}
 	if err != nil {
+		// No index can point into files that were never in a manifest.
+		sep.abandon()
 		return fmt.Errorf("lsm: blob GC of %s: %w", m.FileNum, err)
 	}
+	outputs := sep.done
 	var written int64
+	var outNums []base.FileNum
 	for _, o := range outputs {
 		written += int64(o.Size)
+		outNums = append(outNums, o.FileNum)
 	}
 	d.mu.stats.blobGCBytesRead += bytesRead
 	d.mu.stats.blobGCBytesWritten += written
 	d.mu.stats.blobBytesWritten += written
 	if len(outputs) > 0 {
-		if err := d.mu.versions.LogAndApply(&d.mu.Mutex, &version.VersionEdit{NewBlobFiles: outputs}); err != nil {
+		ve := &version.VersionEdit{NewBlobFiles: outputs, UnsettledBlobFiles: outNums}
+		if err := d.mu.versions.LogAndApply(&d.mu.Mutex, ve); err != nil {
+			// The manifest may hold the files (unsettled) or not (orphans):
+			// either way the reopen it needs deals with them.
 			return fmt.Errorf("lsm: recording blob GC outputs: %w", err)
 		}
 		d.updateReadStateLocked()
@@ -262,17 +299,29 @@ func (d *DB) gcBlobFileLocked(m *version.BlobFileMetadata) error {
 	d.mu.Lock()
 	mem := d.mu.mem
 	d.mu.Unlock()
+	if len(cands) == 0 {
+		// No new index to flush into tables first (an unsettled file
+		// none of whose records an index took, or a file whose every
+		// record lost its index meanwhile).
+		mem = nil
+	}
 	if err == nil && len(cands) > 0 {
 		// Flush the new indexes into tables now, so that the old file can
 		// be retired (see blobRetiring.mem).
 		err = d.Flush()
 	}
 	d.mu.Lock()
-	if len(unused) > 0 && (err == nil || !d.opts.DisableWAL) {
-		ve := &version.VersionEdit{}
+	ve := &version.VersionEdit{}
+	if err == nil || !d.opts.DisableWAL {
 		for _, g := range unused {
 			ve.BlobGarbage = append(ve.BlobGarbage, *g)
 		}
+	}
+	if err == nil {
+		// Every copy is now either indexed or counted as garbage.
+		ve.SettledBlobFiles = outNums
+	}
+	if len(ve.BlobGarbage) > 0 || len(ve.SettledBlobFiles) > 0 {
 		if aerr := d.mu.versions.LogAndApply(&d.mu.Mutex, ve); aerr != nil && err == nil {
 			err = fmt.Errorf("lsm: recording blob GC garbage: %w", aerr)
 		}
@@ -287,14 +336,15 @@ func (d *DB) gcBlobFileLocked(m *version.BlobFileMetadata) error {
 }
 
 // gcCopyLive copies the records of m whose key still points at them into
-// new blob files (synced, with the directory). Rate-limited.
-func (d *DB) gcCopyLive(m *version.BlobFileMetadata) (cands []gcCandidate, outputs []*version.BlobFileMetadata, bytesRead int64, err error) {
+// new blob files (synced, with the directory), returned in sep.done: the
+// caller installs them or abandons sep. Rate-limited.
+func (d *DB) gcCopyLive(m *version.BlobFileMetadata) (cands []gcCandidate, sep *blobSeparator, bytesRead int64, err error) {
 	r, release, err := d.blobs.files.Get(m.FileNum)
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	defer release()
-	sep := &blobSeparator{d: d, minSize: 0}
+	sep = &blobSeparator{d: d, minSize: 0}
 	defer func() {
 		if err != nil {
 			sep.abandon()
@@ -322,11 +372,10 @@ func (d *DB) gcCopyLive(m *version.BlobFileMetadata) (cands []gcCandidate, outpu
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	outputs, err = sep.finish()
-	if err != nil {
+	if _, err = sep.finish(); err != nil {
 		return nil, nil, 0, err
 	}
-	return cands, outputs, bytesRead, nil
+	return cands, sep, bytesRead, nil
 }
 
 // blobIndexIsCurrent reports whether key's newest entry in the latest
@@ -392,7 +441,8 @@ func (d *DB) gcCommitIndexes(cands []gcCandidate) (base.SeqNum, map[base.FileNum
 			// Later chunks were never written: their copies are garbage
 			// of the new files. This chunk's batch may have reached the
 			// WAL (a failed sync says nothing about what a reopen will
-			// replay), so its records must stay: at worst they leak.
+			// replay), so its records must stay: the files stay
+			// unsettled, and a later GC scan sorts them out.
 			for _, c := range cands {
 				g := unused[c.new.FileNum]
 				if g == nil {
