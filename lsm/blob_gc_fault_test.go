@@ -2,6 +2,8 @@ package lsm
 
 import (
 	"errors"
+	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -134,4 +136,52 @@ func TestBlobGCCommitFails(t *testing.T) {
 			checkBlobFilesReferenced(t, mem, d, model)
 		})
 	}
+}
+
+// TestBlobObsoleteDeletedAtLastRelease: a blob file that leaves the
+// version while an older version holding it is pinned (as a running
+// compaction or blob GC pins one) is deleted once that version is
+// released, without waiting for another version change. Before, only a
+// readState's release woke the cleaner: a file whose last holder was a
+// compaction stayed on disk until the next flush or compaction.
+func TestBlobObsoleteDeletedAtLastRelease(t *testing.T) {
+	fs := vfs.NewMem()
+	o := blobTestOptions(fs, 64)
+	o.BlobGCDiscardRatio = -1
+	d := mustOpen(t, "db", o)
+	defer d.Close()
+	model := map[string][]byte{}
+	putBlobKeys(t, d, model, 1, 0, 500)
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	old := blobFilesOf(d)
+	d.mu.Lock()
+	pinned := d.mu.versions.Current()
+	pinned.Ref()
+	d.mu.Unlock()
+	// Overwrite every key and compact: every record of the old files is
+	// garbage and the files leave the version.
+	putBlobKeys(t, d, model, 1, 1, 500)
+	if err := d.Compact(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitBackgroundIdle(d)
+	for _, n := range blobFilesOf(d) {
+		if slices.Contains(old, n) {
+			t.Fatalf("blob file %s still in the version", n)
+		}
+	}
+	if disk := listBlobFiles(t, fs, "db"); !slices.Contains(disk, old[0]) {
+		t.Fatalf("blob file %s deleted while a version holding it is pinned (disk %v)", old[0], disk)
+	}
+	// Let the cleaner consume what earlier releases signalled, so that
+	// only the release below can lead to the deletion.
+	for len(d.cleanCh) > 0 {
+		runtime.Gosched()
+	}
+	d.deleteObsoleteFiles()
+	pinned.Unref()
+	waitBlobFilesOnDisk(t, fs, "db", func() []base.FileNum { return blobFilesOf(d) })
+	checkModel(t, d, model)
 }

@@ -260,18 +260,18 @@ func TestBlobSpaceAmpBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitBackgroundIdle(d)
-		// The blob files the live version holds. Files a finished GC or
-		// compaction made obsolete are deleted by the cleaner goroutine
-		// once the last version holding them is released, which may be as
-		// late as the next version change (CI failed once with a 2.13
-		// sample of the whole directory taken before such a deletion; the
-		// next round's was 1.13).
+		// What is on disk. The cleaner goroutine deletes a file a
+		// finished GC or compaction made obsolete as soon as the last
+		// version holding it is released (TestBlobObsoleteDeletedAtLastRelease);
+		// wait for it, not for another version change.
+		waitBlobFilesOnDisk(t, fs, "db", func() []base.FileNum { return blobFilesOf(d) })
 		var total int64
-		for _, n := range blobFilesOf(d) {
+		for _, n := range listBlobFiles(t, fs, "db") {
 			st, err := fs.Stat(base.MakeFilepath("db", base.FileTypeBlob, n))
-			if err == nil {
-				total += st.Size()
+			if err != nil {
+				t.Fatal(err)
 			}
+			total += st.Size()
 		}
 		amp := float64(total) / float64(live)
 		samples = append(samples, fmt.Sprintf("%.2f", amp))
