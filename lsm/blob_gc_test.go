@@ -229,6 +229,7 @@ func TestBlobSpaceAmpBounded(t *testing.T) {
 		TargetFileSizeBytes:     64 << 10,
 		LBaseMaxBytes:           256 << 10,
 		MinBlobSize:             4096,
+		BlobCompression:         NoCompression, // live is computed from RecordLen
 		BlobTargetFileSizeBytes: 1 << 20,
 		BlobGCBytesPerSec:       -1,
 		L0CompactionThreshold:   1,

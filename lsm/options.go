@@ -61,6 +61,19 @@ func (c Compression) sst() sst.Compression {
 	return sst.SnappyCompression
 }
 
+// blob returns the compression of new blob files for a DB whose
+// BlobCompression is c and whose tables use tables. Blob files offer
+// Snappy only: any table compression but none gives Snappy.
+func (c Compression) blob(tables Compression) blob.Compression {
+	if c == DefaultCompression {
+		c = tables
+	}
+	if c == NoCompression {
+		return blob.CompressionNone
+	}
+	return blob.CompressionSnappy
+}
+
 func (c Compression) String() string {
 	switch {
 	case c == DefaultCompression:
@@ -168,6 +181,11 @@ type Options struct {
 	// 0 (the default) keeps every value in the tables. The WAL always
 	// holds whole values; separation happens when a memtable is flushed.
 	MinBlobSize int
+	// BlobCompression of new blob files' values: NoCompression or
+	// SnappyCompression (ZstdCompression means Snappy too). Default: what
+	// Compression is. Files keep the compression they were written with;
+	// blob GC rewrites records with the current one.
+	BlobCompression Compression
 	// BlobCache caches verified blob records, off the Go heap. If nil, the
 	// DB creates one of BlobCacheSizeBytes and closes it at Close; a cache
 	// given here may be shared by several DBs and is closed by its owner.
@@ -353,6 +371,8 @@ func (o *Options) withDefaults() (*Options, error) {
 		return bad("BlobMaxSpaceAmp (minimum 1)", c.BlobMaxSpaceAmp)
 	case c.Compression > ZstdCompression:
 		return bad("Compression", c.Compression)
+	case c.BlobCompression > ZstdCompression:
+		return bad("BlobCompression", c.BlobCompression)
 	case c.WALRecovery != WALRecoverStrict && c.WALRecovery != WALRecoverPointInTime:
 		return bad("WALRecovery", c.WALRecovery)
 	case c.ErrorIfExists && c.ErrorIfNotExists:
