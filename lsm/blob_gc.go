@@ -17,11 +17,12 @@ import (
 // Compactions count, per blob file, the indexes they drop (garbage,
 // recorded in the manifest; see version.BlobFileMetadata). A file whose
 // every index is dropped leaves the version by itself. The rest is blob
-// GC's: a background job picks the file with the highest garbage ratio
-// once it passes BlobGCDiscardRatio (or once the blob files' total size
-// passes BlobMaxSpaceAmp times their live bytes) and
+// GC's: a background job picks the files whose garbage ratio passes
+// BlobGCDiscardRatio, highest first (or, once the blob files' total size
+// passes BlobMaxSpaceAmp times their live bytes, those with the most
+// garbage), up to gcBatchBytes of them, and
 //
-//  1. scans the file (rate-limited) and copies every record whose key's
+//  1. scans the files (rate-limited) and copies every record whose key's
 //     newest entry is still an index to it into new blob files, synced;
 //  2. adds the new files to the manifest;
 //  3. commits, in chunks, a batch of new blob indexes (synced WAL) through
@@ -82,8 +83,10 @@ type blobRetiring struct {
 	// mem is a memtable at least as new as the rewrite's last batch: the
 	// file is retired only once mem is flushed, so that every version
 	// without the file holds the new indexes in its tables (a checkpoint
-	// copies tables, not the WAL). nil when the rewrite committed no
-	// index.
+	// copies tables, not the WAL). A rewrite that committed no index
+	// waits for mem too: the writes that made the records dead may be in
+	// it, unsynced, and a crash that lost them would revive indexes into
+	// the file.
 	mem *memTable
 }
 
@@ -99,7 +102,7 @@ func (d *DB) maybeScheduleBlobGCLocked() {
 	if g.running || d.mu.closing || d.mu.bgErr != nil || d.opts.BlobGCDiscardRatio < 0 {
 		return
 	}
-	if len(g.retiring) == 0 && d.pickBlobGCLocked(d.opts.BlobGCDiscardRatio, true) == nil {
+	if len(g.retiring) == 0 && len(d.pickBlobGCLocked(d.opts.BlobGCDiscardRatio)) == 0 {
 		return
 	}
 	g.running = true
@@ -116,11 +119,11 @@ func (d *DB) blobGCLoop() {
 			d.setBackgroundErrorLocked(err)
 			break
 		}
-		m := d.pickBlobGCLocked(d.opts.BlobGCDiscardRatio, true)
-		if m == nil {
+		ms := d.pickBlobGCLocked(d.opts.BlobGCDiscardRatio)
+		if len(ms) == 0 {
 			break
 		}
-		if err := d.gcBlobFileLocked(m); err != nil {
+		if err := d.gcBlobFilesLocked(ms); err != nil {
 			if !errors.Is(err, ErrClosed) {
 				d.setBackgroundErrorLocked(err)
 			}
@@ -165,7 +168,7 @@ func (d *DB) BlobGC(minGarbageRatio float64) error {
 		if !ok || m.GarbageRatio() < minGarbageRatio || d.retiringLocked(n) {
 			continue
 		}
-		if err := d.gcBlobFileLocked(m); err != nil {
+		if err := d.gcBlobFilesLocked([]*version.BlobFileMetadata{m}); err != nil {
 			return err
 		}
 	}
@@ -210,39 +213,71 @@ func (d *DB) retiringLocked(n base.FileNum) bool {
 	return false
 }
 
-// pickBlobGCLocked returns the file to GC: an unsettled file, or else the
-// one with the most garbage, if its ratio exceeds discardRatio or (with
-// spaceAmp) the blob files' size exceeds BlobMaxSpaceAmp times their live
-// bytes; nil otherwise.
+// gcBatchBytes bounds the blob file bytes one background GC job
+// rewrites. Small files (a small memtable's flushes) are rewritten
+// together, so that the job's fixed costs (a manifest edit adding the
+// outputs, a synced commit per chunk of indexes, a flush of the new
+// indexes, a manifest edit retiring the old files) are paid once per
+// batch rather than once per file: rewriting 2 MiB files one at a time,
+// GC fell behind a steady overwrite at 20 MB/s and space amplification
+// climbed past 6 (TestBlobSpaceAmpOverTime). Files of the default 64 MiB
+// still go one per job.
+func (d *DB) gcBatchBytes() uint64 { return uint64(max(d.opts.BlobTargetFileSizeBytes, 64<<20)) }
+
+// pickBlobGCLocked returns the files to GC in one job, at most
+// gcBatchBytes of them (and at least one): the unsettled files if any;
+// else those whose garbage ratio exceeds discardRatio, most garbage
+// first; else, if the blob files' size exceeds BlobMaxSpaceAmp times
+// their live bytes, the files with the most garbage until rewriting them
+// brings it under. nil if none.
 // REQUIRES: d.mu held.
-func (d *DB) pickBlobGCLocked(discardRatio float64, spaceAmp bool) *version.BlobFileMetadata {
-	cands := d.blobGCCandidatesLocked(0)
-	if len(cands) > 0 && cands[0].Unsettled {
-		return cands[0]
-	}
-	if len(cands) == 0 || cands[0].GarbageBytes == 0 {
-		return nil
-	}
-	if cands[0].GarbageRatio() > discardRatio {
-		return cands[0]
-	}
-	if spaceAmp {
-		// Files waiting for retirement (an old snapshot holds them) do not
-		// count: GC cannot shrink them, and counting them would make it
-		// rewrite every other file while the snapshot lives.
-		var size, live uint64
-		for _, m := range d.mu.versions.Current().BlobFiles {
-			if d.retiringLocked(m.FileNum) {
-				continue
-			}
-			size += m.Size
-			live += m.LiveBytes()
+func (d *DB) pickBlobGCLocked(discardRatio float64) []*version.BlobFileMetadata {
+	cands := d.blobGCCandidatesLocked(0) // unsettled first, then by ratio
+	var out []*version.BlobFileMetadata
+	var size uint64
+	take := func(m *version.BlobFileMetadata) bool {
+		if len(out) > 0 && size+m.Size > d.gcBatchBytes() {
+			return false
 		}
-		if float64(size) > d.opts.BlobMaxSpaceAmp*float64(live) {
-			return cands[0]
+		out = append(out, m)
+		size += m.Size
+		return true
+	}
+	for _, m := range cands {
+		if !m.Unsettled || !take(m) {
+			break
 		}
 	}
-	return nil
+	if len(out) > 0 {
+		return out
+	}
+	for _, m := range cands {
+		if m.GarbageRatio() <= discardRatio || !take(m) {
+			break
+		}
+	}
+	if len(out) > 0 || len(cands) == 0 || cands[0].GarbageBytes == 0 {
+		return out
+	}
+	// Files waiting for retirement (an old snapshot holds them) do not
+	// count: GC cannot shrink them, and counting them would make it
+	// rewrite every other file while the snapshot lives.
+	var total, live uint64
+	for _, m := range d.mu.versions.Current().BlobFiles {
+		if d.retiringLocked(m.FileNum) {
+			continue
+		}
+		total += m.Size
+		live += m.LiveBytes()
+	}
+	excess := float64(total) - d.opts.BlobMaxSpaceAmp*float64(live)
+	for _, m := range cands {
+		if excess <= 0 || m.GarbageBytes == 0 || !take(m) {
+			break
+		}
+		excess -= float64(m.GarbageBytes)
+	}
+	return out
 }
 
 // gcCandidate is a record GC copied: its key, old and new location.
@@ -251,14 +286,18 @@ type gcCandidate struct {
 	old, new blob.Index
 }
 
-// gcBlobFileLocked rewrites the live records of m (steps 1-3 above) and
-// queues it for retirement.
+// gcBlobFilesLocked rewrites the live records of ms (steps 1-3 above)
+// and queues them for retirement.
 // REQUIRES: d.mu held (released while working).
-func (d *DB) gcBlobFileLocked(m *version.BlobFileMetadata) error {
+func (d *DB) gcBlobFilesLocked(ms []*version.BlobFileMetadata) error {
+	nums := make([]base.FileNum, len(ms))
+	for i, m := range ms {
+		nums[i] = m.FileNum
+	}
 	v := d.mu.versions.Current()
 	v.Ref()
 	d.mu.Unlock()
-	cands, sep, bytesRead, err := d.gcCopyLive(m)
+	cands, sep, bytesRead, err := d.gcCopyLive(ms)
 	v.Unref()
 	d.mu.Lock()
 	if err == nil && d.mu.closing {
@@ -270,7 +309,7 @@ func (d *DB) gcBlobFileLocked(m *version.BlobFileMetadata) error {
 	if err != nil {
 		// No index can point into files that were never in a manifest.
 		sep.abandon()
-		return fmt.Errorf("lsm: blob GC of %s: %w", m.FileNum, err)
+		return fmt.Errorf("lsm: blob GC of %v: %w", nums, err)
 	}
 	outputs := sep.done
 	var written int64
@@ -299,12 +338,6 @@ func (d *DB) gcBlobFileLocked(m *version.BlobFileMetadata) error {
 	d.mu.Lock()
 	mem := d.mu.mem
 	d.mu.Unlock()
-	if len(cands) == 0 {
-		// No new index to flush into tables first (an unsettled file
-		// none of whose records an index took, or a file whose every
-		// record lost its index meanwhile).
-		mem = nil
-	}
 	if err == nil && len(cands) > 0 {
 		// Flush the new indexes into tables now, so that the old file can
 		// be retired (see blobRetiring.mem).
@@ -328,22 +361,19 @@ func (d *DB) gcBlobFileLocked(m *version.BlobFileMetadata) error {
 		d.updateReadStateLocked()
 	}
 	if err != nil {
-		return fmt.Errorf("lsm: blob GC of %s: committing new indexes: %w", m.FileNum, err)
+		return fmt.Errorf("lsm: blob GC of %v: committing new indexes: %w", nums, err)
 	}
-	d.mu.blobGC.retiring = append(d.mu.blobGC.retiring, blobRetiring{fileNum: m.FileNum, seq: retireSeq, mem: mem})
+	for _, n := range nums {
+		d.mu.blobGC.retiring = append(d.mu.blobGC.retiring, blobRetiring{fileNum: n, seq: retireSeq, mem: mem})
+	}
 	d.mu.blobGC.runs++
 	return d.retireBlobFilesLocked()
 }
 
-// gcCopyLive copies the records of m whose key still points at them into
+// gcCopyLive copies the records of ms whose key still points at them into
 // new blob files (synced, with the directory), returned in sep.done: the
 // caller installs them or abandons sep. Rate-limited.
-func (d *DB) gcCopyLive(m *version.BlobFileMetadata) (cands []gcCandidate, sep *blobSeparator, bytesRead int64, err error) {
-	r, release, err := d.blobs.files.Get(m.FileNum)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	defer release()
+func (d *DB) gcCopyLive(ms []*version.BlobFileMetadata) (cands []gcCandidate, sep *blobSeparator, bytesRead int64, err error) {
 	sep = &blobSeparator{d: d, minSize: 0}
 	defer func() {
 		if err != nil {
@@ -351,8 +381,31 @@ func (d *DB) gcCopyLive(m *version.BlobFileMetadata) (cands []gcCandidate, sep *
 		}
 	}()
 	lim := newRateLimiter(d.opts.BlobGCBytesPerSec, d.closeCh)
+	for _, m := range ms {
+		var n int64
+		c, err := d.gcCopyFile(m, sep, lim, &n)
+		bytesRead += n
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		cands = append(cands, c...)
+	}
+	if _, err = sep.finish(); err != nil {
+		return nil, nil, 0, err
+	}
+	return cands, sep, bytesRead, nil
+}
+
+// gcCopyFile copies the live records of m into sep, counting the bytes it
+// reads in *bytesRead.
+func (d *DB) gcCopyFile(m *version.BlobFileMetadata, sep *blobSeparator, lim *rateLimiter, bytesRead *int64) (cands []gcCandidate, err error) {
+	r, release, err := d.blobs.files.Get(m.FileNum)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	err = r.Scan(func(x blob.Index, key, value []byte) error {
-		bytesRead += int64(x.Len)
+		*bytesRead += int64(x.Len)
 		if err := lim.wait(int64(x.Len)); err != nil {
 			return err
 		}
@@ -369,13 +422,7 @@ func (d *DB) gcCopyLive(m *version.BlobFileMetadata) (cands []gcCandidate, sep *
 		cands = append(cands, gcCandidate{key: append([]byte(nil), key...), old: x, new: nx})
 		return nil
 	})
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	if _, err = sep.finish(); err != nil {
-		return nil, nil, 0, err
-	}
-	return cands, sep, bytesRead, nil
+	return cands, err
 }
 
 // blobIndexIsCurrent reports whether key's newest entry in the latest
