@@ -80,14 +80,6 @@ type blobRetiring struct {
 	fileNum base.FileNum
 	// seq is the first snapshot that sees the rewrite.
 	seq base.SeqNum
-	// mem is a memtable at least as new as the rewrite's last batch: the
-	// file is retired only once mem is flushed, so that every version
-	// without the file holds the new indexes in its tables (a checkpoint
-	// copies tables, not the WAL). A rewrite that committed no index
-	// waits for mem too: the writes that made the records dead may be in
-	// it, unsynced, and a crash that lost them would revive indexes into
-	// the file.
-	mem *memTable
 }
 
 // gcChunkKeys bounds the keys one conditional commit checks, so that
@@ -335,12 +327,13 @@ func (d *DB) gcBlobFilesLocked(ms []*version.BlobFileMetadata) error {
 		h()
 	}
 	retireSeq, unused, err := d.gcCommitIndexes(cands)
-	d.mu.Lock()
-	mem := d.mu.mem
-	d.mu.Unlock()
-	if err == nil && len(cands) > 0 {
-		// Flush the new indexes into tables now, so that the old file can
-		// be retired (see blobRetiring.mem).
+	if err == nil {
+		// Before the old files leave the version, every write up to now
+		// must be in tables: the new indexes (a checkpoint copies tables,
+		// not the WAL), and the writes that made the records GC did not
+		// copy dead (unsynced, a crash could lose them and revive the
+		// tables' indexes into the old files). Even a rewrite that
+		// copied nothing flushes.
 		err = d.Flush()
 	}
 	d.mu.Lock()
@@ -364,7 +357,7 @@ func (d *DB) gcBlobFilesLocked(ms []*version.BlobFileMetadata) error {
 		return fmt.Errorf("lsm: blob GC of %v: committing new indexes: %w", nums, err)
 	}
 	for _, n := range nums {
-		d.mu.blobGC.retiring = append(d.mu.blobGC.retiring, blobRetiring{fileNum: n, seq: retireSeq, mem: mem})
+		d.mu.blobGC.retiring = append(d.mu.blobGC.retiring, blobRetiring{fileNum: n, seq: retireSeq})
 	}
 	d.mu.blobGC.runs++
 	return d.retireBlobFilesLocked()
@@ -522,7 +515,7 @@ func (d *DB) retireBlobFilesLocked() error {
 	var keep []blobRetiring
 	minLatest := g.minLatestSeq
 	for _, r := range g.retiring {
-		if (len(snaps) > 0 && slices.Min(snaps) < r.seq) || d.memUnflushedLocked(r.mem) {
+		if len(snaps) > 0 && slices.Min(snaps) < r.seq {
 			keep = append(keep, r)
 			continue
 		}
@@ -545,13 +538,6 @@ func (d *DB) retireBlobFilesLocked() error {
 	d.deleteObsoleteFiles()
 	d.mu.Lock()
 	return nil
-}
-
-// memUnflushedLocked reports whether m is still the mutable memtable or
-// waits to be flushed.
-// REQUIRES: d.mu held.
-func (d *DB) memUnflushedLocked(m *memTable) bool {
-	return m == d.mu.mem || slices.Contains(d.mu.imm, m)
 }
 
 // rateLimiter paces a job to bytesPerSec (negative: no limit).
