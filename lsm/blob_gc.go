@@ -32,13 +32,15 @@ import (
 //     still points at the old location. A concurrent write wins: its key
 //     is left alone, and its copied record is recorded as garbage of the
 //     new file at once;
-//  4. flushes, then retires the old file: removes it from the version once
-//     the new indexes are in tables (a checkpoint copies tables only) and
-//     no snapshot older than the rewrite exists (those could still read
-//     the old indexes). Reads of the latest state that loaded their sequence
-//     number before the rewrite reload it (readState.minLatestSeq). The
-//     file is deleted from disk when the last version holding it is
-//     released (iterators pin versions).
+//  4. flushes, so that the new indexes are in tables (a checkpoint copies
+//     tables only) and so are the writes that made the uncopied records
+//     dead (even when nothing was copied), then retires the old files:
+//     removes them from the version once no snapshot older than the
+//     rewrite exists (those could still read the old indexes). Reads of
+//     the latest state that loaded their sequence number before the
+//     rewrite reload it (readState.minLatestSeq). A file is deleted from
+//     disk as soon as the last version holding it is released (iterators
+//     pin versions).
 //
 // The old indexes stay in the tables, shadowed, until compactions drop
 // them; their garbage is then ignored (the file is gone).
