@@ -339,7 +339,8 @@ func TestBlobGCRateLimited(t *testing.T) {
 // the live record bytes every 2,500 overwrites, without waiting for
 // background work (what a reader of the directory would see), and logs
 // the series and its quartiles. A measurement, not a check: it runs only
-// when CAIRN_BLOB_SPACEAMP_ROUNDS (rounds of 10,000 overwrites) is set.
+// when CAIRN_BLOB_SPACEAMP_ROUNDS (rounds of 10,000 overwrites) is set;
+// CAIRN_BLOB_GC_BYTES_PER_SEC overrides BlobGCBytesPerSec (-1: no limit).
 //
 //	CAIRN_BLOB_SPACEAMP_ROUNDS=30 go test ./lsm -run TestBlobSpaceAmpOverTime -v
 func TestBlobSpaceAmpOverTime(t *testing.T) {
@@ -354,6 +355,9 @@ func TestBlobSpaceAmpOverTime(t *testing.T) {
 		MinBlobSize:             4096,
 		BlobCompression:         NoCompression, // live is computed from RecordLen
 		BlobTargetFileSizeBytes: 2 << 20,
+	}
+	if r, err := strconv.ParseInt(os.Getenv("CAIRN_BLOB_GC_BYTES_PER_SEC"), 10, 64); err == nil {
+		o.BlobGCBytesPerSec = r
 	}
 	d := mustOpen(t, "db", o)
 	defer d.Close()
