@@ -224,3 +224,35 @@ func TestBlobGCDeadFileRetiredOnlyWhenDurable(t *testing.T) {
 		}
 	}
 }
+
+// TestBlobGCInstallFails: the manifest write that adds GC's output files
+// fails (the write, or its sync). The DB must reopen; the outputs are then
+// orphans (deleted by Open) or in the manifest unsettled (scanned by GC,
+// found unreferenced, retired), never kept with no index reaching them.
+func TestBlobGCInstallFails(t *testing.T) {
+	for _, op := range []errorfs.Op{errorfs.OpWrite, errorfs.OpSync} {
+		t.Run(op.String(), func(t *testing.T) {
+			mem := vfs.NewMem()
+			var armed atomic.Bool
+			fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(o errorfs.Op, path string) error {
+				if armed.Load() && o == op && strings.Contains(path, "MANIFEST") {
+					return errorfs.ErrInjected
+				}
+				return nil
+			}))
+			d, model := gcTestDB(t, fs)
+			o := d.opts
+			// GC's first manifest write is the one adding its outputs.
+			armed.Store(true)
+			if err := d.BlobGC(0.3); !errors.Is(err, errorfs.ErrInjected) {
+				t.Fatalf("BlobGC = %v, want the injected error", err)
+			}
+			armed.Store(false)
+			d.Close()
+			d = reopenForGC(t, mem, o)
+			defer d.Close()
+			checkModel(t, d, model)
+			checkBlobFilesReferenced(t, mem, d, model)
+		})
+	}
+}
