@@ -138,15 +138,17 @@ func (n *Node) leaderTarget(ctx context.Context) (context.Context, *grpc.ClientC
 
 // waitLeaderAddr waits until a leader and its gRPC address are known: up
 // to LeaderWaitTimeout, and never into the last part of the caller's
-// deadline. A node without a leader must answer "not leader" while the
-// caller can still try another node; running out the caller's deadline
+// deadline (its last third: the answer must still reach the caller on a
+// loaded machine; a quarter, 125 ms of 500, was once not enough under the
+// race detector). A node without a leader must answer "not leader" while
+// the caller can still try another node; running out the caller's deadline
 // told it nothing, and a client kept timing out on a node that knew no
 // leader (jepsen/README.md, track record #3).
 func (n *Node) waitLeaderAddr(ctx context.Context) (id, addr string, err error) {
 	wait := n.cfg.LeaderWaitTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		rem := time.Until(dl)
-		wait = min(wait, rem-max(rem/4, 20*time.Millisecond))
+		wait = min(wait, rem-max(rem/3, 20*time.Millisecond))
 	}
 	wctx, cancel := context.WithTimeout(ctx, max(wait, 0))
 	defer cancel()

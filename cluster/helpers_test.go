@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,7 +51,10 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 // testConfig is a node configuration for loopback tests: free ports, fast
 // raft and gossip timings, a fast reconcile policy.
 func testConfig(t testing.TB, id string) Config {
-	logger := slog.New(slog.DiscardHandler)
+	// A stop that is abandoned is logged in any case, with the stacks of
+	// the goroutines it is stuck on: such a failure is rare and the log is
+	// what explains it.
+	logger := slog.New(stopFailureHandler{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})})
 	if *verbose {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
@@ -87,6 +91,24 @@ func testConfig(t testing.TB, id string) Config {
 		},
 		Logger: logger.With("test", t.Name()),
 	}
+}
+
+// stopFailureHandler passes on only the records of abandoned stops.
+type stopFailureHandler struct{ slog.Handler }
+
+func (h stopFailureHandler) Handle(ctx context.Context, r slog.Record) error {
+	if !strings.Contains(r.Message, "did not stop cleanly") {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h stopFailureHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return stopFailureHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h stopFailureHandler) WithGroup(name string) slog.Handler {
+	return stopFailureHandler{h.Handler.WithGroup(name)}
 }
 
 // testCluster is a set of in-process nodes.

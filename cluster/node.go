@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -560,13 +561,29 @@ func (n *Node) stopLocked(ctx context.Context, graceful bool) error {
 	}
 	n.leaderChange.notify()
 	if len(abandoned) > 0 {
-		n.log.Error("cluster: node did not stop cleanly; released its data directory anyway", "stop_timeout", n.cfg.StopTimeout, "abandoned", strings.Join(abandoned, "; "))
+		n.log.Error("cluster: node did not stop cleanly; released its data directory anyway", "stop_timeout", n.cfg.StopTimeout, "abandoned", strings.Join(abandoned, "; "),
+			"stuck", stuckGoroutines())
 		errs = append(errs, fmt.Errorf("%w after %v: abandoned %s", ErrStopIncomplete, n.cfg.StopTimeout, strings.Join(abandoned, "; ")))
 	}
 	if len(errs) == 0 && n.started {
 		n.log.Info("cluster: node stopped", "graceful", graceful)
 	}
 	return errors.Join(errs...)
+}
+
+// stuckGoroutines returns the stacks of the goroutines running raft's,
+// gossip's or cairn's cluster code, for the log of an abandoned stop: what
+// they wait on is what a stop that never finishes is stuck on.
+func stuckGoroutines() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "hashicorp/raft") || strings.Contains(g, "hashicorp/memberlist") || strings.Contains(g, "cairn/cluster") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }
 
 // runBounded runs fn and waits for it until deadline, or for at least

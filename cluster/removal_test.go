@@ -74,7 +74,7 @@ func TestNoLeaderAnswersBeforeDeadline(t *testing.T) {
 		id, _ := survivor.Leader()
 		return id == ""
 	})
-	for _, d := range []time.Duration{500 * time.Millisecond, 2 * time.Second} {
+	for _, d := range []time.Duration{time.Second, 3 * time.Second} {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		start := time.Now()
 		_, err := tc.kv(survivor).Put(ctx, &cairnpb.PutRequest{Key: []byte("k"), Value: []byte("v")})

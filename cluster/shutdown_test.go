@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime/pprof"
 	"strings"
@@ -71,6 +72,8 @@ func TestShutdownAbandonsStuckRaft(t *testing.T) {
 	cfg := testConfig(t, "solo")
 	cfg.BootstrapExpect = 1
 	cfg.StopTimeout = time.Second
+	var logs lockedBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))
 	n := tc.start(cfg, nil)
 	tc.waitReady([]*Node{n}, 1)
 	release := make(chan struct{})
@@ -93,6 +96,10 @@ func TestShutdownAbandonsStuckRaft(t *testing.T) {
 		t.Fatalf("Shutdown of a stuck node: %v after %v", err, took)
 	}
 	t.Logf("Shutdown returned after %v: %v", took.Round(time.Millisecond), err)
+	// The log says where raft is stuck: the FSM goroutine, in the apply.
+	if l := logs.String(); !strings.Contains(l, "did not stop cleanly") || !strings.Contains(l, "runFSM") {
+		t.Fatalf("the log of the abandoned stop does not show the stuck goroutine:\n%s", l)
+	}
 	lock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
 		t.Fatalf("data directory still locked: %v", err)

@@ -77,14 +77,19 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 		d.mu.Unlock()
 		var err error
 		res, err = d.compactTables(c, snapshots)
-		c.clean = err == nil && c.bottommost && len(snapshots) == 0
 		d.mu.Lock()
 		if err != nil {
 			return fmt.Errorf("lsm: compacting L%d→L%d: %w", c.startLevel, c.outputLevel, err)
 		}
 		outputs = res.tables
+		if c.bottommost && len(snapshots) == 0 {
+			// One stripe, nothing below: only the newest version of
+			// each key was written, and no deletion.
+			for _, f := range outputs {
+				f.OneVersionPerKey = true
+			}
+		}
 	}
-	c.outputs = outputs
 	bytesRead := res.bytesRead
 	for _, f := range outputs {
 		ve.NewFiles = append(ve.NewFiles, version.NewFile{Level: c.outputLevel, Meta: f})
@@ -417,6 +422,15 @@ func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blo
 // and finally rewrites the bottom level's files in the range, dropping
 // overwritten and deleted data that no open snapshot needs. It returns when
 // done.
+//
+// Each level's data goes straight to the next level below that holds data
+// in its key range (or the bottom level), not through the empty levels
+// between, and moves there without a rewrite when nothing there overlaps
+// it (L0 tables only when a merge would drop nothing from them): after a
+// fill of distinct keys into an empty DB, Compact writes the data once
+// (the flush), not once per level. A bottom-level table known to hold one
+// version per key and no deletion (FileMetadata.OneVersionPerKey) is not
+// rewritten.
 func (d *DB) Compact(start, end []byte) error {
 	if err := d.checkOpen(); err != nil {
 		return err
@@ -443,10 +457,6 @@ func (d *DB) Compact(start, end []byte) error {
 		d.mu.bgCond.Broadcast()
 	}()
 	lo, hi := start, end
-	// clean are the tables this call wrote by a bottommost compaction
-	// while no snapshot was open: they hold one version per key and no
-	// deletion, so rewriting them again would change nothing.
-	clean := map[base.FileNum]bool{}
 	for level := 0; level < version.NumLevels; level++ {
 		if d.mu.bgErr != nil {
 			return d.mu.bgErr
@@ -459,34 +469,52 @@ func (d *DB) Compact(start, end []byte) error {
 		if len(files) == 0 {
 			continue
 		}
-		if level == version.NumLevels-1 && allClean(files, clean) {
+		if level == version.NumLevels-1 && allOneVersionPerKey(files) {
 			// The bottom level compacts into itself only to drop what
 			// an earlier compaction had to keep; these tables have
 			// nothing to drop.
 			continue
 		}
 		// The bottom level compacts into itself.
-		c := d.newCompactionLocked(v, level, min(level+1, version.NumLevels-1), files)
+		out := manualOutputLevel(v, level, files)
+		c := d.newCompactionLocked(v, level, out, files)
 		if c == nil {
 			return fmt.Errorf("lsm: manual compaction found L%d files already compacting", level)
+		}
+		if c.trivialMove && out == version.NumLevels-1 && !allOneVersionPerKey(c.inputs[0]) {
+			// Moved to the bottom, these tables would be rewritten
+			// there at once to drop what they may hold twice;
+			// merging them now writes the data once.
+			c.trivialMove = false
 		}
 		if err := d.runCompactionLocked(c); err != nil {
 			d.setBackgroundErrorLocked(err)
 			return err
 		}
-		if c.clean {
-			for _, f := range c.outputs {
-				clean[f.FileNum] = true
-			}
-		}
 	}
 	return nil
 }
 
-// allClean reports whether every file is in clean.
-func allClean(files []*version.FileMetadata, clean map[base.FileNum]bool) bool {
+// manualOutputLevel returns the level Compact writes files of level into:
+// the bottom level compacts into itself; any other level into the first
+// level below it holding data in the files' key range, or the bottom level
+// if none does. Levels in between hold nothing of that range, so the data
+// may skip them: every newer version of a key stays above every older one.
+func manualOutputLevel(v *version.Version, level int, files []*version.FileMetadata) int {
+	smallest, largest := userKeyRange(files)
+	for out := level + 1; out < version.NumLevels-1; out++ {
+		if len(v.Overlaps(out, smallest, largest)) > 0 {
+			return out
+		}
+	}
+	return version.NumLevels - 1
+}
+
+// allOneVersionPerKey reports whether every file is known to hold one
+// version per key and no deletion.
+func allOneVersionPerKey(files []*version.FileMetadata) bool {
 	for _, f := range files {
-		if !clean[f.FileNum] {
+		if !f.OneVersionPerKey {
 			return false
 		}
 	}

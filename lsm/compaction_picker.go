@@ -2,7 +2,9 @@ package lsm
 
 import (
 	"bytes"
+	"slices"
 
+	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/version"
 )
 
@@ -17,16 +19,12 @@ type compaction struct {
 	// bottommost: no level below the output level holds a key in the
 	// compaction's range, so tombstones may be dropped there.
 	bottommost bool
-	// trivialMove: one input file with nothing to merge with; it moves
-	// down by a manifest edit alone.
+	// trivialMove: the start level's inputs do not overlap one another
+	// and nothing in the output level overlaps them; they move down by a
+	// manifest edit alone (see newCompactionLocked for L0).
 	trivialMove bool
 	version     *version.Version
 	score       float64
-	// Set by runCompactionLocked: the tables the compaction installed,
-	// and whether they are clean (a bottommost compaction with no open
-	// snapshot wrote them: one version per key, no tombstone).
-	outputs []*version.FileMetadata
-	clean   bool
 }
 
 // levelTargets computes dynamic level sizes (RocksDB's
@@ -168,12 +166,33 @@ func (d *DB) newCompactionLocked(v *version.Version, startLevel, outputLevel int
 			break
 		}
 	}
-	c.trivialMove = startLevel > 0 && startLevel != outputLevel && len(c.inputs[0]) == 1 && len(c.inputs[1]) == 0
+	// L0 tables move only when a merge would drop nothing: they do not
+	// overlap one another (a sequential fill) and hold one version per
+	// key, so shadowed data and tombstones, and the blob garbage they
+	// reveal, are still found by the L0 compaction that merges them.
+	c.trivialMove = startLevel != outputLevel && len(c.inputs[1]) == 0 &&
+		(startLevel > 0 || (disjointFiles(c.inputs[0]) && allOneVersionPerKey(c.inputs[0])))
 	for _, f := range all {
 		f.Compacting = true
 	}
 	v.Ref()
 	return c
+}
+
+// disjointFiles reports whether no two of files (L0 files) overlap in
+// user-key space: then they may move into a lower level together.
+func disjointFiles(files []*version.FileMetadata) bool {
+	sorted := slices.Clone(files)
+	slices.SortFunc(sorted, func(a, b *version.FileMetadata) int {
+		return bytes.Compare(base.UserKey(a.Smallest), base.UserKey(b.Smallest))
+	})
+	for i := 1; i < len(sorted); i++ {
+		start, _, _ := sorted[i].UserKeyBounds()
+		if sorted[i-1].Overlaps(start, start) {
+			return false
+		}
+	}
+	return true
 }
 
 // userKeyRange returns the smallest and largest user keys of files.

@@ -95,6 +95,10 @@ type DB struct {
 	// memtables already flushed.
 	tableFilter, retiredMemFilter filterCounters
 
+	// deleteMu serializes deleteObsoleteFiles, so that a call returns only
+	// once the files any earlier call found obsolete are removed.
+	deleteMu sync.Mutex
+
 	bgWG    sync.WaitGroup
 	cleanCh chan struct{}
 	closeCh chan struct{}

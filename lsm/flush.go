@@ -1,6 +1,7 @@
 package lsm
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 
@@ -13,7 +14,8 @@ import (
 
 // Flush writes every memtable to L0 and waits until it is done. The
 // mutable memtable is switched out first, so Flush makes every write
-// acknowledged before it durable in SSTs.
+// acknowledged before it durable in SSTs. When it returns, the WALs of the
+// flushed memtables are removed.
 func (d *DB) Flush() error {
 	if err := d.checkOpen(); err != nil {
 		return err
@@ -44,6 +46,11 @@ func (d *DB) Flush() error {
 	if d.mu.closing {
 		return ErrClosed
 	}
+	// The flush goroutine removes the flushed memtables' WALs after it
+	// has taken them off the queue: wait for it.
+	d.mu.Unlock()
+	d.deleteObsoleteFiles()
+	d.mu.Lock()
 	return nil
 }
 
@@ -222,8 +229,19 @@ func (d *DB) writeMemTables(ms []*memTable, fileNum base.FileNum) (*version.File
 	}
 	sep := d.newBlobSeparator()
 	var blobs []*version.BlobFileMetadata
+	// oneVersion: no user key repeats and nothing is deleted (see
+	// FileMetadata.OneVersionPerKey), as after a fill of distinct keys.
+	oneVersion := len(tombs) == 0
+	var lastUkey []byte
 	meta, err := d.writeTable(fileNum, func(w *sst.Writer) error {
 		for ; it.Valid(); it.Next() {
+			if oneVersion {
+				ukey, _, kind, _ := base.ParseInternalKey(it.Key())
+				if kind == base.KindDelete || (lastUkey != nil && bytes.Equal(ukey, lastUkey)) {
+					oneVersion = false
+				}
+				lastUkey = append(lastUkey[:0], ukey...)
+			}
 			if err := sep.add(w, it.Key(), it.Value()); err != nil {
 				return err
 			}
@@ -242,6 +260,7 @@ func (d *DB) writeMemTables(ms []*memTable, fileNum base.FileNum) (*version.File
 		sep.abandon()
 		return nil, nil, err
 	}
+	meta.OneVersionPerKey = oneVersion
 	return meta, blobs, nil
 }
 

@@ -37,6 +37,8 @@ func (d *DB) cleanerLoop() {
 // WALs below the manifest's log number. Deletion errors are logged, not
 // returned: a file left behind is removed at the next Open.
 func (d *DB) deleteObsoleteFiles() {
+	d.deleteMu.Lock()
+	defer d.deleteMu.Unlock()
 	d.mu.Lock()
 	tables := d.mu.versions.ObsoleteFiles()
 	blobs := d.mu.versions.ObsoleteBlobFiles()

@@ -35,13 +35,7 @@ func BenchmarkReadRandomTraceInterleaved(b *testing.B) {
 	const rounds, chunkGets = 40, 5_000
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	threadCPU := func() time.Duration {
-		var ru unix.Rusage
-		if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
-			b.Fatal(err)
-		}
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
+	threadCPU := func() time.Duration { return threadCPUTime(b) }
 	d := benchDB(b)
 	n := benchKeys
 	fillDB(b, d, n)
@@ -121,4 +115,37 @@ func BenchmarkReadRandomTraceInterleaved(b *testing.B) {
 	slices.Sort(onRatio)
 	b.ReportMetric(offRatio[len(offRatio)/2], "median-round-off/nohook")
 	b.ReportMetric(onRatio[len(onRatio)/2], "median-round-on/off")
+}
+
+// threadCPUTime returns the CPU time of the calling OS thread: lock the
+// goroutine to its thread around a measurement.
+func threadCPUTime(b *testing.B) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTraceIdleCheck times what Get pays for the tracer while no
+// trace runs: get's check, NewAccess on an idle tracer (one atomic load,
+// nil), in CPU time of the benchmark's thread (cpu-ns/op; wall time on a
+// loaded machine counts the waits for a core, as for an empty loop).
+// Divided by readrandom's CPU time per Get it is the idle overhead, far
+// below what an A/B run of whole Gets resolves on a noisy machine.
+func BenchmarkTraceIdleCheck(b *testing.B) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var d DB
+	traced := 0
+	start := threadCPUTime(b)
+	for i := 0; i < b.N; i++ {
+		if d.tracer.NewAccess(trace.CallerGet, 0, false) != nil {
+			traced++
+		}
+	}
+	b.ReportMetric(float64(threadCPUTime(b)-start)/float64(b.N), "cpu-ns/op")
+	if traced != 0 {
+		b.Fatal("idle tracer returned an Access")
+	}
 }

@@ -11,11 +11,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/record"
 	"github.com/cairnkv/cairn/lsm/version"
 	"github.com/cairnkv/cairn/lsm/vfs"
+	"github.com/cairnkv/cairn/lsm/vfs/errorfs"
 )
 
 // Tests of WAL tracking: the manifest records how far each live WAL is
@@ -518,5 +520,40 @@ func TestObsoleteWALRemovedAtOpen(t *testing.T) {
 	}
 	if v, err := d.Get([]byte("k")); err != nil || string(v) != "v" {
 		t.Fatalf("Get(k) = %q, %v", v, err)
+	}
+}
+
+// TestFlushReturnsAfterWALsRemoved: when Flush returns, the WALs of the
+// memtables it flushed are gone from the directory, not still waiting for
+// the flush goroutine to remove them (a Compact that then only moves
+// tables would otherwise report the old WALs in its disk use).
+func TestFlushReturnsAfterWALsRemoved(t *testing.T) {
+	fs := vfs.NewMem()
+	// Removing a WAL is slow here, as on a loaded machine: the window in
+	// which a Flush that did not wait for it would see it is wide.
+	slowRemove := errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+		if ft, _, ok := base.ParseFilename(filepath.Base(path)); op == errorfs.OpRemove && ok && ft == base.FileTypeLog {
+			time.Sleep(20 * time.Millisecond)
+		}
+		return nil
+	})
+	d := mustOpen(t, "/db", testOptions(errorfs.Wrap(fs, slowRemove)))
+	defer d.Close()
+	for round := 0; round < 5; round++ {
+		for i := 0; i < 50; i++ {
+			k := fmt.Sprintf("k%02d-%03d", round, i)
+			if err := d.Put([]byte(k), bytes.Repeat([]byte("v"), 200), NoSync); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := d.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		d.mu.Lock()
+		current := base.MakeFilepath("/db", base.FileTypeLog, d.mu.log.num)
+		d.mu.Unlock()
+		if wals := walFiles(t, fs, "/db"); len(wals) != 1 || wals[0] != current {
+			t.Fatalf("round %d: after Flush the directory holds WALs %q; want only the current one, %s", round, wals, current)
+		}
 	}
 }

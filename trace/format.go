@@ -94,6 +94,16 @@ func decodeHeader(b []byte) (Header, error) {
 // appendRecord appends r framed (length, checksum, payload) to dst.
 func appendRecord(dst []byte, r *Record) []byte {
 	start := len(dst)
+	dst = appendUnsealed(dst, r)
+	sealRecord(dst[start:])
+	return dst
+}
+
+// appendUnsealed appends r framed, its checksum left for sealRecord: a
+// buffer on the stack stays there, which crc32 (behind a function
+// variable, so assumed to keep its argument) would prevent.
+func appendUnsealed(dst []byte, r *Record) []byte {
+	start := len(dst)
 	dst = append(dst, make([]byte, recordHdrLen)...)
 	dst = binary.AppendUvarint(dst, r.AccessTimestamp)
 	getFields := r.Caller.IsGet()
@@ -129,10 +139,13 @@ func appendRecord(dst []byte, r *Record) []byte {
 			dst = binary.AppendUvarint(dst, r.ReferencedDataSize)
 		}
 	}
-	payload := dst[start+recordHdrLen:]
-	binary.LittleEndian.PutUint32(dst[start:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(payload, castagnoli))
+	binary.LittleEndian.PutUint32(dst[start:], uint32(len(dst)-start-recordHdrLen))
 	return dst
+}
+
+// sealRecord sets the checksum of rec, one record appendUnsealed framed.
+func sealRecord(rec []byte) {
+	binary.LittleEndian.PutUint32(rec[4:], crc32.Checksum(rec[recordHdrLen:], castagnoli))
 }
 
 func appendBytes(dst, b []byte) []byte {

@@ -68,8 +68,13 @@ type Record struct {
 	ReferencedKey    []byte
 
 	ReferencedKeyExists bool
-	NumKeysInBlock      uint64
-	ReferencedDataSize  uint64
+	// NumKeysInBlock is the number of keys in the data block. cairn's
+	// engine estimates the count of the block's last restart run from its
+	// length (exact when the block's entries have one size), as RocksDB
+	// estimates it from the restart points: counting cost a traced Get
+	// more than the rest of its record.
+	NumKeysInBlock     uint64
+	ReferencedDataSize uint64
 }
 
 // Header opens every trace: the engine version that wrote it and when the

@@ -518,3 +518,40 @@ func TestConcurrentStartEnd(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestTracerRecordSizes writes through the Tracer (which encodes a record
+// on its stack, in recordStackLen bytes, before copying it into the trace
+// under its lock) records whose keys fit that room and records that
+// outgrow it: each reads back whole and checksummed.
+func TestTracerRecordSizes(t *testing.T) {
+	var buf bytes.Buffer
+	var tr Tracer
+	if err := tr.StartTrace(Options{}, &buf); err != nil {
+		t.Fatal(err)
+	}
+	sizes := []int{0, 1, 100, recordStackLen - 60, recordStackLen, recordStackLen + 1, 5000, 70_000}
+	for i, n := range sizes {
+		r := makeRecord(uint32(5*i+2), BlockData) // A Get: the key is written.
+		r.ReferencedKey = bytes.Repeat([]byte{byte('a' + i)}, n)
+		if err := tr.WriteBlockAccess(&r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tr.EndTrace(); err != nil {
+		t.Fatal(err)
+	}
+	rr, err := NewReader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range sizes {
+		r, err := rr.Next()
+		if err != nil {
+			t.Fatalf("record with a %d-byte key: %v", n, err)
+		}
+		if want := bytes.Repeat([]byte{byte('a' + i)}, n); !bytes.Equal(r.ReferencedKey, want) || r.GetID != uint64(5*i+2)+1 {
+			t.Fatalf("record with a %d-byte key read back as %d bytes, get id %d", n, len(r.ReferencedKey), r.GetID)
+		}
+	}
+	expectEnd(t, rr)
+}

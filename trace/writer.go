@@ -38,18 +38,19 @@ func (w *Writer) WriteRecord(r *Record) error {
 	return w.append(appendRecord(w.buf, r))
 }
 
-// writeRecordWithin writes r unless the trace would then exceed limit
-// bytes (limit <= 0: no limit); it reports whether r was written.
-func (w *Writer) writeRecordWithin(r *Record, limit int64) (bool, error) {
+// writeUnsealedWithin writes rec, one record appendUnsealed framed,
+// sealing it, unless the trace would then exceed limit bytes (limit <= 0:
+// no limit); it reports whether rec was written.
+func (w *Writer) writeUnsealedWithin(rec []byte, limit int64) (bool, error) {
 	if w.err != nil {
 		return false, w.err
 	}
-	n := len(w.buf)
-	buf := appendRecord(w.buf, r)
-	if limit > 0 && w.size+int64(len(buf)-n) > limit {
-		w.buf = buf[:n]
+	if limit > 0 && w.size+int64(len(rec)) > limit {
 		return false, nil
 	}
+	n := len(w.buf)
+	buf := append(w.buf, rec...)
+	sealRecord(buf[n:])
 	return true, w.append(buf)
 }
 

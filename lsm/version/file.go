@@ -40,6 +40,16 @@ type FileMetadata struct {
 	// is passed to VersionSet.LogAndApply held. It is not persisted.
 	Compacting bool
 
+	// OneVersionPerKey is true when the table is known to hold at most one
+	// entry per user key and no point or range deletion: its writer saw
+	// so. Compacting such a table alone (the bottom level into itself)
+	// would drop nothing, whatever snapshots are open. Not persisted: a
+	// table read from the manifest is not known to be so, which costs at
+	// most one rewrite.
+	//
+	// Set before the table is installed in a version, never changed after.
+	OneVersionPerKey bool
+
 	// refs counts the versions that contain the file. A version takes its
 	// references before it is installed and drops them when its own count
 	// reaches zero; the file is obsolete once refs reaches zero. Atomic,
