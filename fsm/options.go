@@ -23,9 +23,10 @@ type Options struct {
 	// Engine configures the storage engine; its FS is also the file system
 	// of the FSM's own directories. Default: the engine's defaults.
 	//
-	// Engine.MinBlobSize turns on key-value separation (values of at least
-	// that many bytes in blob files, see lsm/blob); it is a local storage
-	// choice, so replicas may differ in it. Snapshots carry the blob files:
+	// Engine.MinBlobSize is key-value separation's threshold (values of at
+	// least that many bytes go to blob files, see lsm/blob): the engine's
+	// default, 4 KiB, applies; a negative value turns separation off. It
+	// is a local storage choice, so replicas may differ in it. Snapshots carry the blob files:
 	// they are files of the engine's checkpoint like its tables, listed and
 	// checksummed with them.
 	Engine *lsm.Options

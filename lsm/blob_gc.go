@@ -17,11 +17,12 @@ import (
 // Compactions count, per blob file, the indexes they drop (garbage,
 // recorded in the manifest; see version.BlobFileMetadata). A file whose
 // every index is dropped leaves the version by itself. The rest is blob
-// GC's: a background job picks the file with the highest garbage ratio
-// once it passes BlobGCDiscardRatio (or once the blob files' total size
-// passes BlobMaxSpaceAmp times their live bytes) and
+// GC's: a background job picks the files whose garbage ratio passes
+// BlobGCDiscardRatio, highest first (or, once the blob files' total size
+// passes BlobMaxSpaceAmp times their live bytes, those with the most
+// garbage), up to gcBatchBytes of them, and
 //
-//  1. scans the file (rate-limited) and copies every record whose key's
+//  1. scans the files (rate-limited) and copies every record whose key's
 //     newest entry is still an index to it into new blob files, synced;
 //  2. adds the new files to the manifest;
 //  3. commits, in chunks, a batch of new blob indexes (synced WAL) through
@@ -31,25 +32,39 @@ import (
 //     still points at the old location. A concurrent write wins: its key
 //     is left alone, and its copied record is recorded as garbage of the
 //     new file at once;
-//  4. flushes, then retires the old file: removes it from the version once
-//     the new indexes are in tables (a checkpoint copies tables only) and
-//     no snapshot older than the rewrite exists (those could still read
-//     the old indexes). Reads of the latest state that loaded their sequence
-//     number before the rewrite reload it (readState.minLatestSeq). The
-//     file is deleted from disk when the last version holding it is
-//     released (iterators pin versions).
+//  4. flushes, so that the new indexes are in tables (a checkpoint copies
+//     tables only) and so are the writes that made the uncopied records
+//     dead (even when nothing was copied), then retires the old files:
+//     removes them from the version once no snapshot older than the
+//     rewrite exists (those could still read the old indexes). Reads of
+//     the latest state that loaded their sequence number before the
+//     rewrite reload it (readState.minLatestSeq). A file is deleted from
+//     disk as soon as the last version holding it is released (iterators
+//     pin versions).
 //
 // The old indexes stay in the tables, shadowed, until compactions drop
 // them; their garbage is then ignored (the file is gone).
 //
-// Crash safety: before step 2 the new files are orphans that Open
-// deletes; between 2 and 3 they are in the manifest with no index pointing
-// at them (space, not values, is lost: their records are never counted as
-// garbage, and nothing reclaims them yet); a failed commit of a chunk
-// leaves that chunk's copies the same way (the batch may have reached the
-// WAL, so they cannot be declared garbage); after 3 the WAL holds the new indexes and the old file is still
-// in the manifest until step 4. At no point does an index point into a file
-// the manifest does not hold.
+// Crash safety and failures: before step 2 the new files are orphans that
+// Open deletes (and that GC deletes itself when it stops there: a failed
+// copy, or the DB closing). Step 2 adds them to the manifest marked
+// unsettled (version.BlobFileMetadata.Unsettled): from then on an index
+// may point into them, so they are never deleted while in doubt. Step 3
+// records as garbage of the new files every copy that no index took and
+// that none can take (the precommit check said the key moved on, or the
+// chunk was never committed), and, once every chunk is committed, settles
+// the files. A GC that fails, or a DB that closes or crashes, between 2
+// and the end of 3 leaves files whose garbage is undercounted by the
+// copies of the chunk in doubt (its batch may have reached the WAL: a
+// failed write or sync says nothing about what a reopen replays). Such a
+// file stays unsettled, and blob GC picks unsettled files first, whatever
+// their ratio: its scan keeps only the records an index points at, after
+// the reopen has replayed the WAL, so no copy leaks and none is deleted
+// while an index can reach it. If step 2's manifest write fails, the
+// manifest's state is unknown and the DB must reopen: the files are then
+// either orphans or unsettled. After 3 the WAL holds the new indexes and
+// the old file is still in the manifest until step 4. At no point does an
+// index point into a file the manifest does not hold.
 
 type blobGCState struct {
 	// running is true while a GC job (background or BlobGC) runs; one at a
@@ -67,11 +82,6 @@ type blobRetiring struct {
 	fileNum base.FileNum
 	// seq is the first snapshot that sees the rewrite.
 	seq base.SeqNum
-	// mem is a memtable at least as new as the rewrite's last batch: the
-	// file is retired only once mem is flushed, so that every version
-	// without the file holds the new indexes in its tables (a checkpoint
-	// copies tables, not the WAL).
-	mem *memTable
 }
 
 // gcChunkKeys bounds the keys one conditional commit checks, so that
@@ -86,7 +96,7 @@ func (d *DB) maybeScheduleBlobGCLocked() {
 	if g.running || d.mu.closing || d.mu.bgErr != nil || d.opts.BlobGCDiscardRatio < 0 {
 		return
 	}
-	if len(g.retiring) == 0 && d.pickBlobGCLocked(d.opts.BlobGCDiscardRatio, true) == nil {
+	if len(g.retiring) == 0 && len(d.pickBlobGCLocked(d.opts.BlobGCDiscardRatio)) == 0 {
 		return
 	}
 	g.running = true
@@ -103,11 +113,11 @@ func (d *DB) blobGCLoop() {
 			d.setBackgroundErrorLocked(err)
 			break
 		}
-		m := d.pickBlobGCLocked(d.opts.BlobGCDiscardRatio, true)
-		if m == nil {
+		ms := d.pickBlobGCLocked(d.opts.BlobGCDiscardRatio)
+		if len(ms) == 0 {
 			break
 		}
-		if err := d.gcBlobFileLocked(m); err != nil {
+		if err := d.gcBlobFilesLocked(ms); err != nil {
 			if !errors.Is(err, ErrClosed) {
 				d.setBackgroundErrorLocked(err)
 			}
@@ -152,7 +162,7 @@ func (d *DB) BlobGC(minGarbageRatio float64) error {
 		if !ok || m.GarbageRatio() < minGarbageRatio || d.retiringLocked(n) {
 			continue
 		}
-		if err := d.gcBlobFileLocked(m); err != nil {
+		if err := d.gcBlobFilesLocked([]*version.BlobFileMetadata{m}); err != nil {
 			return err
 		}
 	}
@@ -160,17 +170,23 @@ func (d *DB) BlobGC(minGarbageRatio float64) error {
 }
 
 // blobGCCandidatesLocked returns the current version's blob files whose
-// garbage ratio is at least minRatio and that are not being retired,
-// highest ratio first.
+// garbage ratio is at least minRatio, or that are unsettled, and that are
+// not being retired: unsettled files first, then by highest ratio.
 // REQUIRES: d.mu held.
 func (d *DB) blobGCCandidatesLocked(minRatio float64) []*version.BlobFileMetadata {
 	var out []*version.BlobFileMetadata
 	for _, m := range d.mu.versions.Current().BlobFiles {
-		if m.GarbageRatio() >= minRatio && !d.retiringLocked(m.FileNum) {
+		if (m.Unsettled || m.GarbageRatio() >= minRatio) && !d.retiringLocked(m.FileNum) {
 			out = append(out, m)
 		}
 	}
 	slices.SortFunc(out, func(a, b *version.BlobFileMetadata) int {
+		if a.Unsettled != b.Unsettled {
+			if a.Unsettled {
+				return -1
+			}
+			return 1
+		}
 		if a.GarbageRatio() != b.GarbageRatio() {
 			if a.GarbageRatio() > b.GarbageRatio() {
 				return -1
@@ -191,35 +207,71 @@ func (d *DB) retiringLocked(n base.FileNum) bool {
 	return false
 }
 
-// pickBlobGCLocked returns the file to GC: the one with the most garbage,
-// if its ratio exceeds discardRatio or (with spaceAmp) the blob files'
-// size exceeds BlobMaxSpaceAmp times their live bytes; nil otherwise.
+// gcBatchBytes bounds the blob file bytes one background GC job
+// rewrites. Small files (a small memtable's flushes) are rewritten
+// together, so that the job's fixed costs (a manifest edit adding the
+// outputs, a synced commit per chunk of indexes, a flush of the new
+// indexes, a manifest edit retiring the old files) are paid once per
+// batch rather than once per file: rewriting 2 MiB files one at a time,
+// GC fell behind a steady overwrite at 20 MB/s and space amplification
+// climbed past 6 (TestBlobSpaceAmpOverTime). Files of the default 64 MiB
+// still go one per job.
+func (d *DB) gcBatchBytes() uint64 { return uint64(max(d.opts.BlobTargetFileSizeBytes, 64<<20)) }
+
+// pickBlobGCLocked returns the files to GC in one job, at most
+// gcBatchBytes of them (and at least one): the unsettled files if any;
+// else those whose garbage ratio exceeds discardRatio, most garbage
+// first; else, if the blob files' size exceeds BlobMaxSpaceAmp times
+// their live bytes, the files with the most garbage until rewriting them
+// brings it under. nil if none.
 // REQUIRES: d.mu held.
-func (d *DB) pickBlobGCLocked(discardRatio float64, spaceAmp bool) *version.BlobFileMetadata {
-	cands := d.blobGCCandidatesLocked(0)
-	if len(cands) == 0 || cands[0].GarbageBytes == 0 {
-		return nil
-	}
-	if cands[0].GarbageRatio() > discardRatio {
-		return cands[0]
-	}
-	if spaceAmp {
-		// Files waiting for retirement (an old snapshot holds them) do not
-		// count: GC cannot shrink them, and counting them would make it
-		// rewrite every other file while the snapshot lives.
-		var size, live uint64
-		for _, m := range d.mu.versions.Current().BlobFiles {
-			if d.retiringLocked(m.FileNum) {
-				continue
-			}
-			size += m.Size
-			live += m.LiveBytes()
+func (d *DB) pickBlobGCLocked(discardRatio float64) []*version.BlobFileMetadata {
+	cands := d.blobGCCandidatesLocked(0) // unsettled first, then by ratio
+	var out []*version.BlobFileMetadata
+	var size uint64
+	take := func(m *version.BlobFileMetadata) bool {
+		if len(out) > 0 && size+m.Size > d.gcBatchBytes() {
+			return false
 		}
-		if float64(size) > d.opts.BlobMaxSpaceAmp*float64(live) {
-			return cands[0]
+		out = append(out, m)
+		size += m.Size
+		return true
+	}
+	for _, m := range cands {
+		if !m.Unsettled || !take(m) {
+			break
 		}
 	}
-	return nil
+	if len(out) > 0 {
+		return out
+	}
+	for _, m := range cands {
+		if m.GarbageRatio() <= discardRatio || !take(m) {
+			break
+		}
+	}
+	if len(out) > 0 || len(cands) == 0 || cands[0].GarbageBytes == 0 {
+		return out
+	}
+	// Files waiting for retirement (an old snapshot holds them) do not
+	// count: GC cannot shrink them, and counting them would make it
+	// rewrite every other file while the snapshot lives.
+	var total, live uint64
+	for _, m := range d.mu.versions.Current().BlobFiles {
+		if d.retiringLocked(m.FileNum) {
+			continue
+		}
+		total += m.Size
+		live += m.LiveBytes()
+	}
+	excess := float64(total) - d.opts.BlobMaxSpaceAmp*float64(live)
+	for _, m := range cands {
+		if excess <= 0 || m.GarbageBytes == 0 || !take(m) {
+			break
+		}
+		excess -= float64(m.GarbageBytes)
+	}
+	return out
 }
 
 // gcCandidate is a record GC copied: its key, old and new location.
@@ -228,28 +280,46 @@ type gcCandidate struct {
 	old, new blob.Index
 }
 
-// gcBlobFileLocked rewrites the live records of m (steps 1-3 above) and
-// queues it for retirement.
+// gcBlobFilesLocked rewrites the live records of ms (steps 1-3 above)
+// and queues them for retirement.
 // REQUIRES: d.mu held (released while working).
-func (d *DB) gcBlobFileLocked(m *version.BlobFileMetadata) error {
+func (d *DB) gcBlobFilesLocked(ms []*version.BlobFileMetadata) error {
+	nums := make([]base.FileNum, len(ms))
+	for i, m := range ms {
+		nums[i] = m.FileNum
+	}
 	v := d.mu.versions.Current()
 	v.Ref()
 	d.mu.Unlock()
-	cands, outputs, bytesRead, err := d.gcCopyLive(m)
+	cands, sep, bytesRead, err := d.gcCopyLive(ms)
 	v.Unref()
 	d.mu.Lock()
-	if err != nil {
-		return fmt.Errorf("lsm: blob GC of %s: %w", m.FileNum, err)
+	if err == nil && d.mu.closing {
+		err = ErrClosed
 	}
+	if err == nil {
+		err = d.mu.bgErr
+	}
+	if err != nil {
+		// No index can point into files that were never in a manifest.
+		sep.abandon()
+		return fmt.Errorf("lsm: blob GC of %v: %w", nums, err)
+	}
+	outputs := sep.done
 	var written int64
+	var outNums []base.FileNum
 	for _, o := range outputs {
 		written += int64(o.Size)
+		outNums = append(outNums, o.FileNum)
 	}
 	d.mu.stats.blobGCBytesRead += bytesRead
 	d.mu.stats.blobGCBytesWritten += written
 	d.mu.stats.blobBytesWritten += written
 	if len(outputs) > 0 {
-		if err := d.mu.versions.LogAndApply(&d.mu.Mutex, &version.VersionEdit{NewBlobFiles: outputs}); err != nil {
+		ve := &version.VersionEdit{NewBlobFiles: outputs, UnsettledBlobFiles: outNums}
+		if err := d.mu.versions.LogAndApply(&d.mu.Mutex, ve); err != nil {
+			// The manifest may hold the files (unsettled) or not (orphans):
+			// either way the reopen it needs deals with them.
 			return fmt.Errorf("lsm: recording blob GC outputs: %w", err)
 		}
 		d.updateReadStateLocked()
@@ -259,50 +329,78 @@ func (d *DB) gcBlobFileLocked(m *version.BlobFileMetadata) error {
 		h()
 	}
 	retireSeq, unused, err := d.gcCommitIndexes(cands)
-	d.mu.Lock()
-	mem := d.mu.mem
-	d.mu.Unlock()
-	if err == nil && len(cands) > 0 {
-		// Flush the new indexes into tables now, so that the old file can
-		// be retired (see blobRetiring.mem).
+	if err == nil {
+		// Before the old files leave the version, every write up to now
+		// must be in tables: the new indexes (a checkpoint copies tables,
+		// not the WAL), and the writes that made the records GC did not
+		// copy dead (unsynced, a crash could lose them and revive the
+		// tables' indexes into the old files). Even a rewrite that
+		// copied nothing flushes.
 		err = d.Flush()
 	}
 	d.mu.Lock()
-	if len(unused) > 0 && (err == nil || !d.opts.DisableWAL) {
-		ve := &version.VersionEdit{}
+	ve := &version.VersionEdit{}
+	if err == nil || !d.opts.DisableWAL {
 		for _, g := range unused {
 			ve.BlobGarbage = append(ve.BlobGarbage, *g)
 		}
+	}
+	if err == nil {
+		// Every copy is now either indexed or counted as garbage.
+		ve.SettledBlobFiles = outNums
+	}
+	if len(ve.BlobGarbage) > 0 || len(ve.SettledBlobFiles) > 0 {
 		if aerr := d.mu.versions.LogAndApply(&d.mu.Mutex, ve); aerr != nil && err == nil {
 			err = fmt.Errorf("lsm: recording blob GC garbage: %w", aerr)
 		}
 		d.updateReadStateLocked()
 	}
 	if err != nil {
-		return fmt.Errorf("lsm: blob GC of %s: committing new indexes: %w", m.FileNum, err)
+		return fmt.Errorf("lsm: blob GC of %v: committing new indexes: %w", nums, err)
 	}
-	d.mu.blobGC.retiring = append(d.mu.blobGC.retiring, blobRetiring{fileNum: m.FileNum, seq: retireSeq, mem: mem})
+	for _, n := range nums {
+		d.mu.blobGC.retiring = append(d.mu.blobGC.retiring, blobRetiring{fileNum: n, seq: retireSeq})
+	}
 	d.mu.blobGC.runs++
 	return d.retireBlobFilesLocked()
 }
 
-// gcCopyLive copies the records of m whose key still points at them into
-// new blob files (synced, with the directory). Rate-limited.
-func (d *DB) gcCopyLive(m *version.BlobFileMetadata) (cands []gcCandidate, outputs []*version.BlobFileMetadata, bytesRead int64, err error) {
-	r, release, err := d.blobs.files.Get(m.FileNum)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	defer release()
-	sep := &blobSeparator{d: d, minSize: 0}
+// gcCopyLive copies the records of ms whose key still points at them into
+// new blob files (synced, with the directory), returned in sep.done: the
+// caller installs them or abandons sep. Rate-limited.
+func (d *DB) gcCopyLive(ms []*version.BlobFileMetadata) (cands []gcCandidate, sep *blobSeparator, bytesRead int64, err error) {
+	sep = &blobSeparator{d: d, minSize: 0}
 	defer func() {
 		if err != nil {
 			sep.abandon()
 		}
 	}()
 	lim := newRateLimiter(d.opts.BlobGCBytesPerSec, d.closeCh)
+	for _, m := range ms {
+		var n int64
+		c, err := d.gcCopyFile(m, sep, lim, &n)
+		bytesRead += n
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		cands = append(cands, c...)
+	}
+	if _, err = sep.finish(); err != nil {
+		return nil, nil, 0, err
+	}
+	return cands, sep, bytesRead, nil
+}
+
+// gcCopyFile copies the live records of m into sep, counting the bytes it
+// reads in *bytesRead.
+func (d *DB) gcCopyFile(m *version.BlobFileMetadata, sep *blobSeparator, lim *rateLimiter, bytesRead *int64) (cands []gcCandidate, err error) {
+	r, release, err := d.blobs.files.Get(m.FileNum)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	err = r.Scan(func(x blob.Index, key, value []byte) error {
-		bytesRead += int64(x.Len)
+		*bytesRead += int64(x.Len)
 		if err := lim.wait(int64(x.Len)); err != nil {
 			return err
 		}
@@ -319,14 +417,7 @@ func (d *DB) gcCopyLive(m *version.BlobFileMetadata) (cands []gcCandidate, outpu
 		cands = append(cands, gcCandidate{key: append([]byte(nil), key...), old: x, new: nx})
 		return nil
 	})
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	outputs, err = sep.finish()
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	return cands, outputs, bytesRead, nil
+	return cands, err
 }
 
 // blobIndexIsCurrent reports whether key's newest entry in the latest
@@ -392,7 +483,8 @@ func (d *DB) gcCommitIndexes(cands []gcCandidate) (base.SeqNum, map[base.FileNum
 			// Later chunks were never written: their copies are garbage
 			// of the new files. This chunk's batch may have reached the
 			// WAL (a failed sync says nothing about what a reopen will
-			// replay), so its records must stay: at worst they leak.
+			// replay), so its records must stay: the files stay
+			// unsettled, and a later GC scan sorts them out.
 			for _, c := range cands {
 				g := unused[c.new.FileNum]
 				if g == nil {
@@ -425,7 +517,7 @@ func (d *DB) retireBlobFilesLocked() error {
 	var keep []blobRetiring
 	minLatest := g.minLatestSeq
 	for _, r := range g.retiring {
-		if (len(snaps) > 0 && slices.Min(snaps) < r.seq) || d.memUnflushedLocked(r.mem) {
+		if len(snaps) > 0 && slices.Min(snaps) < r.seq {
 			keep = append(keep, r)
 			continue
 		}
@@ -448,13 +540,6 @@ func (d *DB) retireBlobFilesLocked() error {
 	d.deleteObsoleteFiles()
 	d.mu.Lock()
 	return nil
-}
-
-// memUnflushedLocked reports whether m is still the mutable memtable or
-// waits to be flushed.
-// REQUIRES: d.mu held.
-func (d *DB) memUnflushedLocked(m *memTable) bool {
-	return m == d.mu.mem || slices.Contains(d.mu.imm, m)
 }
 
 // rateLimiter paces a job to bytesPerSec (negative: no limit).

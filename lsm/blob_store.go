@@ -121,7 +121,7 @@ func (d *DB) blobValueTraced(v *version.Version, ukey, idx []byte, ra *blobReada
 		// is the one the index means (a damaged index could name another
 		// key's record).
 		rec := h.Record()
-		if uint64(len(rec)) != x.Len || !bytes.Equal(blob.RecordKey(rec), ukey) {
+		if blob.StoredLen(rec) != x.Len || !bytes.Equal(blob.RecordKey(rec), ukey) {
 			h.Release()
 			return blob.Handle{}, base.CorruptionErrorf("lsm: key %q: blob index %+v names another record", truncateKey(ukey), x)
 		}
@@ -146,11 +146,38 @@ func (d *DB) blobValueTraced(v *version.Version, ukey, idx []byte, ra *blobReada
 		return blob.Handle{}, err
 	}
 	vs, vl, err := d.readBlobRecord(buf.Bytes(), x, ukey)
+	if err == nil && x.Compression != blob.CompressionNone {
+		// The cache holds the decoded record, so that a hit decodes
+		// nothing.
+		var dec blob.Buffer
+		if dec, vs, vl, err = d.decodeBlobRecord(x.Compression, buf.Bytes()); err == nil {
+			b.cache.Free(buf)
+			buf = dec
+		}
+	}
 	if err != nil {
 		b.cache.Free(buf)
 		return blob.Handle{}, fmt.Errorf("lsm: key %q: %w", truncateKey(ukey), err)
 	}
 	return b.cache.Insert(b.cacheID, x.FileNum, x.Offset, buf, vs, vl), nil
+}
+
+// decodeBlobRecord returns a cache buffer holding the decoded form of
+// rec, a verified record of compression c (see blob.DecodeRecord).
+func (d *DB) decodeBlobRecord(c blob.Compression, rec []byte) (dec blob.Buffer, valStart, valLen int, err error) {
+	n, err := blob.DecodedRecordLen(c, rec)
+	if err != nil {
+		return blob.Buffer{}, 0, 0, err
+	}
+	dec, err = d.blobs.cache.Alloc(n)
+	if err != nil {
+		return blob.Buffer{}, 0, 0, err
+	}
+	if valStart, valLen, err = blob.DecodeRecord(c, dec.Bytes(), rec); err != nil {
+		d.blobs.cache.Free(dec)
+		return blob.Buffer{}, 0, 0, err
+	}
+	return dec, valStart, valLen, nil
 }
 
 // readBlobRecord reads and verifies the record x into buf.
@@ -184,6 +211,8 @@ func truncateKey(k []byte) []byte {
 type blobReadahead struct {
 	files [blobReadaheadFiles]fileReadahead
 	next  int // the slot to reuse next
+	// scratch holds the last value decoded from a compressed file.
+	scratch []byte
 }
 
 const blobReadaheadFiles = 8
@@ -196,6 +225,8 @@ type fileReadahead struct {
 	// buffer is dropped); window the size of the last read.
 	nextOff uint64
 	window  int
+	// compression is the file's, checked against every index served.
+	compression blob.Compression
 }
 
 const (
@@ -221,6 +252,16 @@ func (ra *blobReadahead) view(d *DB, x blob.Index, ukey []byte) (blob.Handle, er
 	if err != nil {
 		return blob.Handle{}, err
 	}
+	if x.Compression != blob.CompressionNone {
+		// Decoded into the iterator's scratch buffer, which the next
+		// value reuses: the iterator releases a value before it asks for
+		// the next.
+		v, err := blob.ReadValue(x.Compression, rec, ukey, &ra.scratch)
+		if err != nil {
+			return blob.Handle{}, fmt.Errorf("blob: file %s: record at %d: %w", x.FileNum, x.Offset, err)
+		}
+		return blob.ViewHandle(v, 0, len(v)), nil
+	}
 	vs, vl, err := blob.VerifyRecord(rec, ukey)
 	if err != nil {
 		return blob.Handle{}, fmt.Errorf("blob: file %s: record at %d: %w", x.FileNum, x.Offset, err)
@@ -236,6 +277,9 @@ func (ra *fileReadahead) record(d *DB, x blob.Index) ([]byte, error) {
 		return nil, base.CorruptionErrorf("blob: file %s: record [%d, +%d) outside the data", x.FileNum, x.Offset, x.Len)
 	}
 	if x.Offset >= ra.start && end <= ra.start+uint64(len(ra.buf)) {
+		if x.Compression != ra.compression {
+			return nil, base.CorruptionErrorf("blob: file %s holds %s values, index says %s", x.FileNum, ra.compression, x.Compression)
+		}
 		return ra.buf[x.Offset-ra.start : end-ra.start : end-ra.start], nil
 	}
 	// Sequential: x starts in the last window's tail (a record cut by the
@@ -254,6 +298,10 @@ func (ra *fileReadahead) record(d *DB, x blob.Index) ([]byte, error) {
 		return nil, err
 	}
 	defer release()
+	if err := r.CheckCompression(x); err != nil {
+		return nil, err
+	}
+	ra.compression = r.Compression()
 	dataEnd := r.DataEnd()
 	if x.Offset < blob.HeaderLen || end > dataEnd {
 		return nil, base.CorruptionErrorf("blob: file %s: record [%d, +%d) outside the data", x.FileNum, x.Offset, x.Len)
@@ -325,7 +373,7 @@ func (s *blobSeparator) addRecord(key, value []byte) (blob.Index, error) {
 		if err != nil {
 			return blob.Index{}, err
 		}
-		s.curFile, s.cur = f, blob.NewWriter(f, s.curNum)
+		s.curFile, s.cur = f, blob.NewWriter(f, s.curNum, s.d.opts.BlobCompression.blob(s.d.opts.Compression))
 	}
 	x, err := s.cur.Add(key, value)
 	if err != nil {

@@ -20,6 +20,9 @@ func blobTestOptions(fs vfs.FS, minBlobSize int) *Options {
 	o := testOptions(fs)
 	o.MinBlobSize = minBlobSize
 	o.BlobTargetFileSizeBytes = 32 << 10
+	// Plain records: tests compute sizes and offsets from RecordLen.
+	// TestBlobCompressed covers Snappy files.
+	o.BlobCompression = NoCompression
 	return o
 }
 

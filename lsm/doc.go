@@ -41,8 +41,9 @@
 //
 // # Key-value separation
 //
-// With Options.MinBlobSize > 0, a flush (or a compaction meeting an inline
-// value) writes values of at least that size to blob files (format in
+// With separation on (the default: Options.MinBlobSize is 4 KiB unless
+// set negative), a flush (or a compaction meeting an inline value) writes
+// values of at least that size to blob files (format in
 // lsm/blob) and keeps in the table a blob index (file, offset, length)
 // under base.KindBlobIndex; the WAL keeps whole values. A Get or iterator
 // that meets a blob index asks the blob cache first, keyed by (file,

@@ -7,8 +7,10 @@ import (
 )
 
 // signalCleaner asks the cleaner goroutine to delete obsolete files. It
-// never blocks: it is called from readers dropping the last reference to a
-// version.
+// never blocks: the version set calls it (version.Options.OnObsolete)
+// from whoever drops the last reference to a version holding files no
+// other version holds, a reader, a compaction or blob GC, possibly with
+// d.mu held.
 func (d *DB) signalCleaner() {
 	select {
 	case d.cleanCh <- struct{}{}:

@@ -69,7 +69,7 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 	case !exists && o.ErrorIfNotExists:
 		return nil, fmt.Errorf("lsm: DB %s does not exist", dirname)
 	}
-	vopts := version.Options{}
+	vopts := version.Options{OnObsolete: d.signalCleaner}
 	var vs *version.VersionSet
 	if exists {
 		vs, err = version.Load(fs, dirname, vopts)

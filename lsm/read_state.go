@@ -47,8 +47,7 @@ func (s *readState) tryRef() bool {
 
 func (s *readState) unref() {
 	if s.refs.Add(-1) == 0 {
-		s.version.Unref()
-		s.d.signalCleaner()
+		s.version.Unref() // wakes the cleaner if files became obsolete
 	}
 }
 

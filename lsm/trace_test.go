@@ -38,6 +38,7 @@ func TestTraceRecordsCacheLookups(t *testing.T) {
 	o := testOptions(fs)
 	o.CacheSizeBytes = 8 << 10 // small: both hits and misses
 	o.MinBlobSize = 512
+	o.BlobCompression = NoCompression // a blob record's size is its value's
 	d := mustOpen(t, "db", o)
 	rng := rand.New(rand.NewPCG(1, 2))
 	const n = 2000

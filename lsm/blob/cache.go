@@ -142,7 +142,9 @@ func (h Handle) Value() []byte {
 }
 
 // Record returns the whole verified record the value belongs to (lengths,
-// key, value, CRC), a view valid until Release.
+// key, value, CRC), or its decoded form if its file is compressed (see
+// DecodeRecord), a view valid until Release. RecordKey and StoredLen work
+// on either.
 func (h Handle) Record() []byte {
 	if h.e == nil {
 		return h.rec

@@ -24,22 +24,37 @@
 //	| magic "cairnblb" (8) | version (1) | compression (1) | reserved (2) | CRC32C of bytes 0..11 (4) |
 //	+----------------------+-------------+-----------------+--------------+---------------------------+
 //
-// version is 1. compression is the algorithm of every record's value:
-// 0 stores values as they are; no other value is written by this version,
-// and a reader refuses a file that names one (it reports corruption rather
-// than guess).
+// version is 1. compression is the algorithm of every record's value in
+// the file (one per file, chosen by lsm.Options.BlobCompression when the
+// file is written):
+//
+//	0  none:   the stored value is the value.
+//	1  snappy: the stored value is the value in the Snappy block format
+//	           (a uvarint of the value's length, then Snappy elements), as
+//	           the tables' Snappy blocks hold it, without their length
+//	           prefix. Every value of the file is stored so, even one that
+//	           does not shrink (Snappy adds a few bytes to random data).
+//
+// A reader refuses a file that names any other value (it reports
+// corruption rather than guess).
 //
 // Record, at the offset its blob index names:
 //
-//	+-----------------+-------------------+-----------------+-------------------+------------------------+
-//	| key length (4)  | value length (4)  | key (key length)| value (value len) | CRC32C of all before(4)|
-//	+-----------------+-------------------+-----------------+-------------------+------------------------+
+//	+-----------------+-------------------+-----------------+---------------------+------------------------+
+//	| key length (4)  | value length (4)  | key (key length)| stored value (value | CRC32C of all before(4)|
+//	|                 |                   |                 | length)             |                        |
+//	+-----------------+-------------------+-----------------+---------------------+------------------------+
 //
-// The CRC (Castagnoli, unmasked) covers the two lengths, the key and the
-// value. The key is the user key the value was written under: a read checks
-// it against the key it looked up, so an index pointing at the wrong record
-// is caught as corruption rather than returned as a wrong value, and blob GC
-// can walk a file and learn each record's key without the LSM.
+// value length is the stored value's length: compressed, in a compressed
+// file. The CRC (Castagnoli, unmasked) covers the two lengths, the key and
+// the stored value, so damage is caught before anything is decoded; a
+// stored value that passes the CRC and does not decode (to exactly the
+// length its header promises, at most 22 times its own length, Snappy's
+// densest) is corruption too. The key is the user key the value was
+// written under: a read checks it against the key it looked up, so an
+// index pointing at the wrong record is caught as corruption rather than
+// returned as a wrong value, and blob GC can walk a file and learn each
+// record's key without the LSM.
 //
 // Footer:
 //
@@ -61,9 +76,11 @@
 //	| compression (1) | file number uvarint| offset uvarint   | record length uvarint |
 //	+-----------------+--------------------+------------------+-----------------------+
 //
-// offset is the record's offset in the blob file and record length its full
-// length (lengths, key, value and CRC), so a read is one positioned read of
-// exactly that many bytes.
+// compression is the file's (a read checks that they agree, since a
+// record decoded with the wrong algorithm would be a wrong value). offset
+// is the record's offset in the blob file and record length its full
+// stored length (lengths, key, stored value and CRC), so a read is one
+// positioned read of exactly that many bytes.
 //
 // # Blob cache
 //
@@ -76,7 +93,10 @@
 // titan#112, measured there at +6% read throughput), done for iterators too.
 //
 // A record enters the cache only after its CRC and key are checked, so a
-// hit never returns unverified bytes. Cache memory comes from the cache's
+// hit never returns unverified bytes. A record of a compressed file enters
+// it decoded (its lengths and key as stored, then the value, no CRC; see
+// DecodeRecord), so that a hit decodes nothing; the hit path checks the
+// stored lengths and the key against the index either way. Cache memory comes from the cache's
 // own allocator: slabs mapped with mmap outside the Go heap, carved into
 // size classes 1/8 apart, so the cache's bytes are not doubled by the
 // garbage collector's headroom (GOGC) and are not scanned. A cache entry is

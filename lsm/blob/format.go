@@ -7,6 +7,9 @@ import (
 	"hash/crc32"
 	"io"
 
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/snappy"
+
 	"github.com/cairnkv/cairn/lsm/internal/base"
 )
 
@@ -31,9 +34,32 @@ const (
 // Compression is the algorithm of a blob file's values.
 type Compression uint8
 
-// CompressionNone stores values as they are. It is the only algorithm this
-// version writes or reads.
-const CompressionNone Compression = 0
+// The algorithms (see doc.go). Their values are part of the format.
+const (
+	// CompressionNone stores values as they are.
+	CompressionNone Compression = 0
+	// CompressionSnappy stores every value of the file in the Snappy
+	// block format, as the tables' Snappy blocks do.
+	CompressionSnappy Compression = 1
+)
+
+func (c Compression) String() string {
+	switch c {
+	case CompressionNone:
+		return "none"
+	case CompressionSnappy:
+		return "snappy"
+	}
+	return fmt.Sprintf("compression(%d)", uint8(c))
+}
+
+func (c Compression) known() bool { return c <= CompressionSnappy }
+
+// maxSnappyExpansion bounds what Snappy decodes from one byte: its
+// densest element, a copy with a 2-byte offset, is 3 bytes for 64. A
+// stored value whose header claims more is corrupt, and is refused before
+// anything of that size is allocated.
+const maxSnappyExpansion = 22
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
@@ -50,10 +76,6 @@ type Index struct {
 	// Offset is the record's offset in the file, Len its full length.
 	Offset, Len uint64
 }
-
-// ValueLen returns the length of the value of a record for a key of
-// keyLen bytes.
-func (x Index) ValueLen(keyLen int) int { return int(x.Len) - RecordOverhead - keyLen }
 
 // AppendEncoded appends x's encoding (see doc.go) to dst.
 func (x Index) AppendEncoded(dst []byte) []byte {
@@ -88,7 +110,7 @@ func DecodeIndex(b []byte) (Index, error) {
 	if x.FileNum == 0 || x.Offset < HeaderLen || x.Len < RecordOverhead || x.Len > maxRecordLen {
 		return Index{}, base.CorruptionErrorf("blob: impossible blob index %+v", x)
 	}
-	if x.Compression != CompressionNone {
+	if !x.Compression.known() {
 		return Index{}, base.CorruptionErrorf("blob: blob index names unknown compression %d", x.Compression)
 	}
 	return x, nil
@@ -97,24 +119,29 @@ func DecodeIndex(b []byte) (Index, error) {
 // Writer writes one blob file. It buffers records and writes them to the
 // underlying writer in chunks; it is not safe for concurrent use.
 type Writer struct {
-	w       io.Writer
-	fileNum base.FileNum
-	buf     []byte
-	offset  uint64 // offset of the next record
-	count   uint64
-	err     error
+	w           io.Writer
+	fileNum     base.FileNum
+	compression Compression
+	buf         []byte
+	offset      uint64 // offset of the next record
+	count       uint64
+	err         error
 }
 
 // writerBufferSize is the size at which the Writer passes its buffer on.
 const writerBufferSize = 256 << 10
 
-// NewWriter starts blob file fileNum on w and writes its header.
-func NewWriter(w io.Writer, fileNum base.FileNum) *Writer {
-	bw := &Writer{w: w, fileNum: fileNum, buf: make([]byte, 0, writerBufferSize+64<<10)}
+// NewWriter starts blob file fileNum, whose values are stored with
+// compression c, on w and writes its header.
+func NewWriter(w io.Writer, fileNum base.FileNum, c Compression) *Writer {
+	if !c.known() {
+		panic(fmt.Sprintf("blob: NewWriter with %s", c))
+	}
+	bw := &Writer{w: w, fileNum: fileNum, compression: c, buf: make([]byte, 0, writerBufferSize+64<<10)}
 	var h [HeaderLen]byte
 	copy(h[:8], headerMagic)
 	h[8] = formatVersion
-	h[9] = byte(CompressionNone)
+	h[9] = byte(c)
 	binary.LittleEndian.PutUint32(h[12:], crc(h[:12]))
 	bw.buf = append(bw.buf, h[:]...)
 	bw.offset = HeaderLen
@@ -126,17 +153,34 @@ func (w *Writer) Add(key, value []byte) (Index, error) {
 	if w.err != nil {
 		return Index{}, w.err
 	}
-	n := RecordLen(len(key), len(value))
-	if n > maxRecordLen {
-		return Index{}, base.InvalidArgumentf("blob: record of %d bytes", n)
+	if RecordLen(len(key), len(value)) > maxRecordLen {
+		return Index{}, base.InvalidArgumentf("blob: record of %d bytes", RecordLen(len(key), len(value)))
 	}
 	start := len(w.buf)
 	w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(len(key)))
-	w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(len(value)))
+	w.buf = binary.LittleEndian.AppendUint32(w.buf, 0) // the stored value's length, below
 	w.buf = append(w.buf, key...)
-	w.buf = append(w.buf, value...)
+	vstart := len(w.buf)
+	switch w.compression {
+	case CompressionSnappy:
+		// s2's fastest Snappy-compatible encoder, as the tables use.
+		need := vstart + snappy.MaxEncodedLen(len(value))
+		if cap(w.buf) < need+RecordTrailer {
+			w.buf = append(make([]byte, 0, need+RecordTrailer+writerBufferSize), w.buf...)
+		}
+		enc := s2.EncodeSnappy(w.buf[vstart:need], value)
+		w.buf = w.buf[:vstart+len(enc)]
+	default:
+		w.buf = append(w.buf, value...)
+	}
+	if n := RecordLen(len(key), len(w.buf)-vstart); n > maxRecordLen { // compression may expand
+		w.buf = w.buf[:start]
+		return Index{}, base.InvalidArgumentf("blob: record of %d bytes", n)
+	}
+	binary.LittleEndian.PutUint32(w.buf[start+4:], uint32(len(w.buf)-vstart))
 	w.buf = binary.LittleEndian.AppendUint32(w.buf, crc(w.buf[start:]))
-	x := Index{Compression: CompressionNone, FileNum: w.fileNum, Offset: w.offset, Len: uint64(n)}
+	n := len(w.buf) - start
+	x := Index{Compression: w.compression, FileNum: w.fileNum, Offset: w.offset, Len: uint64(n)}
 	w.offset += uint64(n)
 	w.count++
 	if len(w.buf) >= writerBufferSize {
@@ -192,9 +236,10 @@ type ReadableFile interface {
 
 // Reader reads records of one blob file. It is safe for concurrent use.
 type Reader struct {
-	f       ReadableFile
-	fileNum base.FileNum
-	stats   Stats
+	f           ReadableFile
+	fileNum     base.FileNum
+	compression Compression
+	stats       Stats
 }
 
 // NewReader checks the header and footer of blob file fileNum, size bytes
@@ -213,7 +258,7 @@ func NewReader(f ReadableFile, fileNum base.FileNum, size int64) (*Reader, error
 	if h[8] != formatVersion {
 		return nil, base.CorruptionErrorf("blob: file %s: unknown format version %d", fileNum, h[8])
 	}
-	if Compression(h[9]) != CompressionNone {
+	if !Compression(h[9]).known() {
 		return nil, base.CorruptionErrorf("blob: file %s: unknown compression %d", fileNum, h[9])
 	}
 	var ft [FooterLen]byte
@@ -232,8 +277,11 @@ func NewReader(f ReadableFile, fileNum base.FileNum, size int64) (*Reader, error
 		st.Count*RecordOverhead > st.RecordBytes {
 		return nil, base.CorruptionErrorf("blob: file %s: footer disagrees with the file's size %d", fileNum, size)
 	}
-	return &Reader{f: f, fileNum: fileNum, stats: st}, nil
+	return &Reader{f: f, fileNum: fileNum, compression: Compression(h[9]), stats: st}, nil
 }
+
+// Compression returns the compression of the file's values.
+func (r *Reader) Compression() Compression { return r.compression }
 
 // Stats returns the statistics recorded in the file's footer.
 func (r *Reader) Stats() Stats { return r.stats }
@@ -246,10 +294,14 @@ func (r *Reader) Close() error { return r.f.Close() }
 
 // ReadRecord reads the record that x locates into buf, which must be
 // exactly x.Len bytes long, and verifies it (see VerifyRecord). It returns
-// the value's position in buf.
+// the stored value's position in buf: compressed if x.Compression is not
+// CompressionNone (see DecodeValue).
 func (r *Reader) ReadRecord(buf []byte, x Index, key []byte) (valStart, valLen int, err error) {
 	if x.FileNum != r.fileNum {
 		return 0, 0, fmt.Errorf("blob: index for file %s given to reader of file %s", x.FileNum, r.fileNum)
+	}
+	if err := r.CheckCompression(x); err != nil {
+		return 0, 0, err
 	}
 	if uint64(len(buf)) != x.Len {
 		panic("blob: ReadRecord buffer of the wrong length")
@@ -270,9 +322,19 @@ func (r *Reader) ReadRecord(buf []byte, x Index, key []byte) (valStart, valLen i
 	return valStart, valLen, nil
 }
 
+// CheckCompression reports, as corruption, an index whose compression is
+// not its file's: its record would be decoded wrongly.
+func (r *Reader) CheckCompression(x Index) error {
+	if x.Compression != r.compression {
+		return base.CorruptionErrorf("blob: file %s holds %s values, index says %s", r.fileNum, r.compression, x.Compression)
+	}
+	return nil
+}
+
 // VerifyRecord checks that rec is one whole record, that its CRC matches,
 // and, when key is not nil, that it was written under key. It returns the
-// value's position in rec. Errors are corruption errors; it never panics.
+// stored value's position in rec. Errors are corruption errors; it never
+// panics.
 func VerifyRecord(rec []byte, key []byte) (valStart, valLen int, err error) {
 	if len(rec) < RecordOverhead {
 		return 0, 0, base.CorruptionErrorf("blob: record of %d bytes", len(rec))
@@ -300,10 +362,115 @@ func truncate(b []byte) []byte {
 	return b
 }
 
-// RecordKey returns the key of a verified record.
+// RecordKey returns the key of a verified record (or of a decoded one,
+// see DecodeRecord).
 func RecordKey(rec []byte) []byte {
 	kl := binary.LittleEndian.Uint32(rec[0:])
 	return rec[RecordHeaderLen : RecordHeaderLen+kl]
+}
+
+// StoredLen returns the length the record had in its file, from its
+// lengths: the Len of the index that locates it. It is len(rec) for a
+// record as stored, and also holds for a decoded one (see DecodeRecord).
+func StoredLen(rec []byte) uint64 {
+	return RecordOverhead + uint64(binary.LittleEndian.Uint32(rec[0:])) + uint64(binary.LittleEndian.Uint32(rec[4:]))
+}
+
+// ValueLen returns the length of the value that stored, a stored value of
+// compression c, decodes to. Errors are corruption errors.
+func ValueLen(c Compression, stored []byte) (int, error) {
+	switch c {
+	case CompressionNone:
+		return len(stored), nil
+	case CompressionSnappy:
+		n, err := snappy.DecodedLen(stored)
+		if err != nil || n < 0 || n > maxRecordLen || n > maxSnappyExpansion*len(stored) {
+			return 0, base.CorruptionErrorf("blob: bad snappy value length (%d from %d bytes): %v", n, len(stored), err)
+		}
+		return n, nil
+	}
+	return 0, base.CorruptionErrorf("blob: unknown compression %d", c)
+}
+
+// DecodeValue decodes stored, a stored value of compression c, into dst,
+// which must be ValueLen bytes long. Errors are corruption errors: the
+// CRC covers the stored bytes, so a value that passed it and does not
+// decode was written wrong.
+func DecodeValue(c Compression, dst, stored []byte) error {
+	switch c {
+	case CompressionNone:
+		if len(dst) != len(stored) {
+			panic("blob: DecodeValue buffer of the wrong length")
+		}
+		copy(dst, stored)
+		return nil
+	case CompressionSnappy:
+		out, err := snappy.Decode(dst, stored)
+		if err != nil || len(out) != len(dst) || (len(out) > 0 && &out[0] != &dst[0]) {
+			return base.CorruptionErrorf("blob: snappy value does not decode to its %d bytes: %v", len(dst), err)
+		}
+		return nil
+	}
+	return base.CorruptionErrorf("blob: unknown compression %d", c)
+}
+
+// DecodedRecordLen returns the length of the decoded form of rec, a
+// verified record of compression c (see DecodeRecord).
+func DecodedRecordLen(c Compression, rec []byte) (int, error) {
+	vs, vl := valuePos(rec)
+	n, err := ValueLen(c, rec[vs:vs+vl])
+	if err != nil {
+		return 0, err
+	}
+	return vs + n, nil
+}
+
+// DecodeRecord writes into dst, DecodedRecordLen bytes long, the decoded
+// form of rec, a verified record of compression c: its lengths and key as
+// stored, then the decoded value (no CRC: it was checked). RecordKey and
+// StoredLen work on it as on rec. It returns the value's position in dst.
+// The blob cache holds records of compressed files this way.
+func DecodeRecord(c Compression, dst, rec []byte) (valStart, valLen int, err error) {
+	vs, vl := valuePos(rec)
+	copy(dst, rec[:vs])
+	if err := DecodeValue(c, dst[vs:], rec[vs:vs+vl]); err != nil {
+		return 0, 0, err
+	}
+	return vs, len(dst) - vs, nil
+}
+
+// valuePos returns the stored value's position in a verified record.
+func valuePos(rec []byte) (valStart, valLen int) {
+	kl := int(binary.LittleEndian.Uint32(rec[0:]))
+	vl := int(binary.LittleEndian.Uint32(rec[4:]))
+	return RecordHeaderLen + kl, vl
+}
+
+// ReadValue verifies rec as VerifyRecord does and returns its value,
+// decoded if c is not CompressionNone: then into scratch, grown as
+// needed (the caller keeps it for the next call), else as a view of rec.
+// Errors are corruption errors; it never panics.
+func ReadValue(c Compression, rec, key []byte, scratch *[]byte) ([]byte, error) {
+	vs, vl, err := VerifyRecord(rec, key)
+	if err != nil {
+		return nil, err
+	}
+	stored := rec[vs : vs+vl]
+	if c == CompressionNone {
+		return stored, nil
+	}
+	n, err := ValueLen(c, stored)
+	if err != nil {
+		return nil, err
+	}
+	if cap(*scratch) < n {
+		*scratch = make([]byte, n)
+	}
+	v := (*scratch)[:n]
+	if err := DecodeValue(c, v, stored); err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 // ReadAt reads len(p) bytes of the file at off; readahead buffers use it.
@@ -312,11 +479,13 @@ func (r *Reader) ReadAt(p []byte, off int64) (int, error) { return r.f.ReadAt(p,
 // DataEnd returns the offset at which the file's records end.
 func (r *Reader) DataEnd() uint64 { return HeaderLen + r.stats.RecordBytes }
 
-// Scan calls fn for every record of the file, in order, with its index and
-// the verified record (valid only during the call). Blob GC uses it.
+// Scan calls fn for every record of the file, in order, with its index,
+// its key and its verified, decoded value (valid only during the call).
+// Blob GC uses it.
 func (r *Reader) Scan(fn func(x Index, key, value []byte) error) error {
 	const chunk = 1 << 20
 	buf := make([]byte, 0, chunk)
+	var scratch []byte
 	off := uint64(HeaderLen)
 	end := r.DataEnd()
 	bufStart := off
@@ -350,12 +519,12 @@ func (r *Reader) Scan(fn func(x Index, key, value []byte) error) error {
 			return err
 		}
 		rec := buf[off-bufStart : off-bufStart+n]
-		vs, vl, err := VerifyRecord(rec, nil)
+		value, err := ReadValue(r.compression, rec, nil, &scratch)
 		if err != nil {
 			return fmt.Errorf("blob: file %s: record at %d: %w", r.fileNum, off, err)
 		}
-		x := Index{FileNum: r.fileNum, Offset: off, Len: n}
-		if err := fn(x, RecordKey(rec), rec[vs:vs+vl]); err != nil {
+		x := Index{Compression: r.compression, FileNum: r.fileNum, Offset: off, Len: n}
+		if err := fn(x, RecordKey(rec), value); err != nil {
 			return err
 		}
 		off += n

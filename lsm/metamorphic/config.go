@@ -18,31 +18,35 @@ type Config struct {
 
 func (c Config) String() string {
 	o := c.Opts
-	return fmt.Sprintf("%s{memtable=%d blocks=%d restart=%d L0trigger=%d targetFile=%d lbase=%d mult=%d compression=%v filterBits=%v memBloomBits=%v cache=%d walRecovery=%d walSyncRecord=%d disableWAL=%v minBlob=%d blobFile=%d blobCache=%d}",
+	return fmt.Sprintf("%s{memtable=%d blocks=%d restart=%d L0trigger=%d targetFile=%d lbase=%d mult=%d compression=%v filterBits=%v memBloomBits=%v cache=%d walRecovery=%d walSyncRecord=%d disableWAL=%v minBlob=%d blobCompression=%v blobFile=%d blobCache=%d}",
 		c.Name, o.MemTableSizeBytes, o.BlockSizeBytes, o.BlockRestartInterval, o.L0CompactionThreshold,
 		o.TargetFileSizeBytes, o.LBaseMaxBytes, o.LevelMultiplier, o.Compression, o.FilterBitsPerKey,
 		o.MemtableBloomBitsPerKey, o.CacheSizeBytes, o.WALRecovery, o.WALSyncRecordBytes, o.DisableWAL,
-		o.MinBlobSize, o.BlobTargetFileSizeBytes, o.BlobCacheSizeBytes)
+		o.MinBlobSize, o.BlobCompression, o.BlobTargetFileSizeBytes, o.BlobCacheSizeBytes)
 }
 
 // Configs returns the option sets every workload runs under. Sizes that
 // vary within a range (block size, target file size) are drawn from seed,
 // so a seed replays exactly.
 //
-//   - default: the engine's defaults (zero Options).
+//   - default: the engine's defaults (zero Options): separation of values
+//     from 4 KiB, Snappy blob files.
 //   - tiny: 64 KiB memtables, 64–256 B blocks, L0 compaction at 2 files,
 //     small target files and a small base level: flushes, compactions and
 //     multi-file levels happen constantly, and the small block cache evicts;
 //     every synced write records the WAL's size in the manifest.
-//   - nofilter: no SST filters and no memtable Bloom filter.
+//   - nofilter: no SST filters and no memtable Bloom filter; separation
+//     off (every value in the tables).
 //   - zstd: Zstd compression, point-in-time WAL recovery.
 //   - snappy: Snappy compression, a restart point at every key, 3 filter
 //     bits per key (many false positives); WAL sizes recorded only when a
 //     WAL is closed.
 //   - nowal: the WAL disabled.
-//   - blob64: key-value separation of values from 64 bytes, small blob
-//     files and a blob cache that evicts, tiny memtables and files.
-//   - blob4k: separation of values from 4 KiB (the large ones only).
+//   - blob64: key-value separation of values from 64 bytes (Snappy blob
+//     files, as the tables), small blob files and a blob cache that
+//     evicts, tiny memtables and files.
+//   - blob4k: separation of values from 4 KiB (the large ones only),
+//     uncompressed blob files.
 func Configs(seed uint64) []Config {
 	rng := rand.New(rand.NewPCG(seed, 0x636f6e666967))
 	tinyBlock := 64 + rng.IntN(193)
@@ -66,6 +70,7 @@ func Configs(seed uint64) []Config {
 			BlockSizeBytes:          512,
 			FilterBitsPerKey:        -1,
 			MemtableBloomBitsPerKey: -1,
+			MinBlobSize:             -1,
 		}},
 		{Name: "zstd", Opts: lsm.Options{
 			MemTableSizeBytes:     64 << 10,
@@ -104,6 +109,7 @@ func Configs(seed uint64) []Config {
 			L0CompactionThreshold: 3,
 			TargetFileSizeBytes:   32 << 10,
 			MinBlobSize:           4096,
+			BlobCompression:       lsm.NoCompression,
 			WALSyncRecordBytes:    1,
 		}},
 	}

@@ -29,6 +29,13 @@ type BlobFileMetadata struct {
 	// indexes compactions have dropped. Invariant: GarbageCount < Count
 	// and GarbageBytes <= RecordBytes while the file is in a version.
 	GarbageCount, GarbageBytes uint64
+	// Unsettled marks a blob GC output whose index commit has not been
+	// seen through: GC added the file, then failed (or the DB closed or
+	// crashed) before it knew which of the file's records an index took.
+	// Its garbage is then undercounted by an unknown amount, so blob GC
+	// scans it first, whatever its ratio, and keeps only the records an
+	// index still points at (see lsm/blob_gc.go).
+	Unsettled bool
 
 	// refs is shared by every *BlobFileMetadata of the same file.
 	refs *atomic.Int32
@@ -49,7 +56,11 @@ func (m *BlobFileMetadata) GarbageRatio() float64 {
 }
 
 func (m *BlobFileMetadata) String() string {
-	return fmt.Sprintf("%s: size=%d records=%d/%dB garbage=%d/%dB", m.FileNum, m.Size, m.Count, m.RecordBytes, m.GarbageCount, m.GarbageBytes)
+	s := fmt.Sprintf("%s: size=%d records=%d/%dB garbage=%d/%dB", m.FileNum, m.Size, m.Count, m.RecordBytes, m.GarbageCount, m.GarbageBytes)
+	if m.Unsettled {
+		s += " unsettled"
+	}
+	return s
 }
 
 // BlobGarbage records that compactions dropped Count indexes, of Bytes
@@ -64,7 +75,7 @@ func (m *BlobFileMetadata) validate() error {
 	if m.FileNum == 0 {
 		return fmt.Errorf("version: blob file number 0")
 	}
-	if m.Count == 0 || m.RecordBytes < m.Count*12 || m.Size < m.RecordBytes || m.GarbageCount != 0 || m.GarbageBytes != 0 {
+	if m.Count == 0 || m.RecordBytes < m.Count*12 || m.Size < m.RecordBytes || m.GarbageCount != 0 || m.GarbageBytes != 0 || m.Unsettled {
 		return fmt.Errorf("version: impossible new blob file %s", m)
 	}
 	return nil
@@ -77,7 +88,8 @@ func (m *BlobFileMetadata) validate() error {
 // deletion of such a file.
 func applyBlobs(blobs map[base.FileNum]*BlobFileMetadata, copied bool, e *VersionEdit,
 	errorf func(format string, args ...any) error) (map[base.FileNum]*BlobFileMetadata, bool, error) {
-	if len(e.DeletedBlobFiles) == 0 && len(e.NewBlobFiles) == 0 && len(e.BlobGarbage) == 0 {
+	if len(e.DeletedBlobFiles) == 0 && len(e.NewBlobFiles) == 0 && len(e.BlobGarbage) == 0 &&
+		len(e.UnsettledBlobFiles) == 0 && len(e.SettledBlobFiles) == 0 {
 		return blobs, copied, nil
 	}
 	if !copied {
@@ -103,6 +115,21 @@ func applyBlobs(blobs map[base.FileNum]*BlobFileMetadata, copied bool, e *Versio
 		nm := *m
 		nm.refs = new(atomic.Int32)
 		blobs[m.FileNum] = &nm
+	}
+	// Like garbage, a mark for a file no longer in the version is ignored.
+	for _, n := range e.UnsettledBlobFiles {
+		if old, ok := blobs[n]; ok {
+			nm := *old
+			nm.Unsettled = true
+			blobs[n] = &nm
+		}
+	}
+	for _, n := range e.SettledBlobFiles {
+		if old, ok := blobs[n]; ok {
+			nm := *old
+			nm.Unsettled = false
+			blobs[n] = &nm
+		}
 	}
 	for _, g := range e.BlobGarbage {
 		old, ok := blobs[g.FileNum]

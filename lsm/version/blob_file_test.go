@@ -110,3 +110,75 @@ func TestBlobFileLifecycle(t *testing.T) {
 	// A manifest rolled over repeats the blob files with their garbage.
 	vs2.Close()
 }
+
+// TestBlobUnsettledMark: the Unsettled mark round-trips through an edit,
+// is set and cleared by edits, survives a reload and a manifest roll (the
+// snapshot edit repeats it), and its tag is safe to ignore: an edit that
+// carries only it decodes, with the field skipped, in a reader that skips
+// unknown safe tags.
+func TestBlobUnsettledMark(t *testing.T) {
+	e := &VersionEdit{UnsettledBlobFiles: []base.FileNum{7}, SettledBlobFiles: []base.FileNum{9}}
+	var got VersionEdit
+	if err := got.Decode(e.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != e.String() {
+		t.Fatalf("got\n%s\nwant\n%s", got.String(), e.String())
+	}
+	if enc := (&VersionEdit{UnsettledBlobFiles: []base.FileNum{12}}).Encode(); !slices.Equal(enc, []byte{0x82, 0x40, 2, 12, 0}) {
+		t.Fatalf("encoding % x, want the doc's example", enc)
+	}
+	if tagBlobSettled&tagSafeIgnoreMask == 0 {
+		t.Fatal("blob settled tag is not safe to ignore")
+	}
+	for _, bad := range [][]byte{{0x82, 0x40, 1, 12}, {0x82, 0x40, 2, 12, 2}} {
+		if err := got.Decode(bad); !base.IsCorruption(err) {
+			t.Fatalf("Decode(% x) = %v, want corruption", bad, err)
+		}
+	}
+
+	fs := vfs.NewMem()
+	vs := mustCreate(t, fs, Options{MaxManifestFileSize: 1})
+	var mu sync.Mutex
+	mu.Lock()
+	defer mu.Unlock()
+	apply := func(e *VersionEdit) {
+		t.Helper()
+		if err := vs.LogAndApply(&mu, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b1, b2 := vs.NewFileNum(), vs.NewFileNum()
+	apply(&VersionEdit{
+		NewBlobFiles:       []*BlobFileMetadata{{FileNum: b1, Size: 1000, Count: 2, RecordBytes: 900}, {FileNum: b2, Size: 500, Count: 1, RecordBytes: 400}},
+		UnsettledBlobFiles: []base.FileNum{b1, b2},
+	})
+	apply(&VersionEdit{SettledBlobFiles: []base.FileNum{b2}, BlobGarbage: []BlobGarbage{{FileNum: b1, Count: 1, Bytes: 450}}})
+	check := func(vs *VersionSet) {
+		t.Helper()
+		m1, _ := vs.Current().BlobFile(b1)
+		m2, _ := vs.Current().BlobFile(b2)
+		if m1 == nil || !m1.Unsettled || m1.GarbageCount != 1 || m2 == nil || m2.Unsettled {
+			t.Fatalf("blob files %v, %v: want %s unsettled with garbage, %s settled", m1, m2, b1, b2)
+		}
+	}
+	check(vs)
+	if err := vs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	vs2 := mustLoad(t, fs, Options{MaxManifestFileSize: 1})
+	check(vs2)
+	// MaxManifestFileSize 1: the next edit rolls to a manifest that
+	// starts with a snapshot.
+	apply2 := func(e *VersionEdit) {
+		t.Helper()
+		if err := vs2.LogAndApply(&mu, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply2(&VersionEdit{NextFileNum: vs2.NewFileNum() + 1})
+	vs2.Close()
+	vs3 := mustLoad(t, fs, Options{})
+	check(vs3)
+	vs3.Close()
+}

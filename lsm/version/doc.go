@@ -91,6 +91,8 @@
 //	  7  new file         see below
 //	0x2001  WAL synced    len | WAL num | synced size [| later fields]
 //	                                                (at most once per WAL)
+//	0x2002  blob settled  len | file num | settled (1 byte: 0 or 1) [| later fields]
+//	                                                (at most once per file)
 //	bit 13 set            len | bytes: safe to ignore (forward compatibility)
 //	any other tag         corruption
 //
@@ -133,6 +135,17 @@
 // tags are deliberately outside the safe-to-ignore range: a version that
 // does not know them must refuse the manifest, since skipping them would
 // open tables whose values live in files it does not track.
+//
+// A blob settled field (0x2002, the uvarint bytes 0x82 0x40) sets (0) or
+// clears (1) a blob file's Unsettled mark, after the edit's new blob files
+// and before its garbage: blob GC adds its output files unsettled and
+// settles them once it knows which of their records an index took (see
+// BlobFileMetadata.Unsettled). It is safe to ignore: a reader that skips
+// it treats every record of an unsettled file as live, which loses space,
+// never values. File 12 marked unsettled is
+//
+//	82 40 | 02 | 0c | 00
+//	 tag    len  num  settled
 //
 // Tags with bit 13 set (tag&0x2000 != 0) are always followed by a length and
 // are skipped by readers that do not know them: a future version adds

@@ -42,6 +42,11 @@ const (
 	// that does not know it loses only the extra check at recovery, never
 	// data, so manifests that carry it still open with older versions.
 	tagWALSynced = tagSafeIgnoreMask | 1
+
+	// tagBlobSettled marks a blob file unsettled or settled (see
+	// BlobFileMetadata.Unsettled). Safe to ignore: a reader that skips it
+	// only fails to reclaim an unsettled file's unreferenced records.
+	tagBlobSettled = tagSafeIgnoreMask | 2
 )
 
 // maxEncodedLen bounds the length prefix of any byte-string field. A manifest
@@ -116,6 +121,9 @@ type VersionEdit struct {
 	DeletedBlobFiles []base.FileNum
 	NewBlobFiles     []*BlobFileMetadata
 	BlobGarbage      []BlobGarbage
+	// UnsettledBlobFiles and SettledBlobFiles set and clear the files'
+	// Unsettled mark; they apply after NewBlobFiles, before BlobGarbage.
+	UnsettledBlobFiles, SettledBlobFiles []base.FileNum
 }
 
 // addBlobSnapshot records blobs as new files plus their garbage: the blob
@@ -130,6 +138,10 @@ func (e *VersionEdit) addBlobSnapshot(blobs map[base.FileNum]*BlobFileMetadata) 
 		m := *blobs[n]
 		g := BlobGarbage{FileNum: n, Count: m.GarbageCount, Bytes: m.GarbageBytes}
 		m.GarbageCount, m.GarbageBytes, m.refs = 0, 0, nil
+		if m.Unsettled {
+			m.Unsettled = false
+			e.UnsettledBlobFiles = append(e.UnsettledBlobFiles, n)
+		}
 		e.NewBlobFiles = append(e.NewBlobFiles, &m)
 		if g.Count != 0 || g.Bytes != 0 {
 			e.BlobGarbage = append(e.BlobGarbage, g)
@@ -234,6 +246,12 @@ func (e *VersionEdit) AppendEncoded(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, g.Count)
 		dst = binary.AppendUvarint(dst, g.Bytes)
 	}
+	for _, n := range e.UnsettledBlobFiles {
+		dst = appendBlobSettled(dst, n, false)
+	}
+	for _, n := range e.SettledBlobFiles {
+		dst = appendBlobSettled(dst, n, true)
+	}
 	for _, w := range e.WALsSynced {
 		var payload [2 * binary.MaxVarintLen64]byte
 		p := binary.AppendUvarint(payload[:0], uint64(w.Num))
@@ -242,6 +260,20 @@ func (e *VersionEdit) AppendEncoded(dst []byte) []byte {
 		dst = appendBytes(dst, p)
 	}
 	return dst
+}
+
+// appendBlobSettled appends a tagBlobSettled field: its payload is the
+// file number and one byte, 1 for settled, 0 for unsettled.
+func appendBlobSettled(dst []byte, n base.FileNum, settled bool) []byte {
+	var payload [binary.MaxVarintLen64 + 1]byte
+	p := binary.AppendUvarint(payload[:0], uint64(n))
+	if settled {
+		p = append(p, 1)
+	} else {
+		p = append(p, 0)
+	}
+	dst = binary.AppendUvarint(dst, tagBlobSettled)
+	return appendBytes(dst, p)
 }
 
 func appendBytes(dst, b []byte) []byte {
@@ -377,6 +409,29 @@ func (e *VersionEdit) decode(b []byte) error {
 				e.BlobGarbage = append(e.BlobGarbage, g)
 			}
 
+		case tagBlobSettled:
+			// Length-prefixed like every safe-to-ignore field; bytes after
+			// the two this version knows are skipped.
+			p := decoder{b: d.bytes("blob settled mark")}
+			if d.err != nil {
+				break
+			}
+			n := p.fileNum("blob settled file number")
+			if p.err != nil {
+				return p.err
+			}
+			if len(p.b) == 0 || p.b[0] > 1 {
+				return base.CorruptionErrorf("version: edit: bad settled mark for blob file %s", n)
+			}
+			if slices.Contains(e.UnsettledBlobFiles, n) || slices.Contains(e.SettledBlobFiles, n) {
+				return base.CorruptionErrorf("version: edit: blob file %s marked twice", n)
+			}
+			if p.b[0] == 1 {
+				e.SettledBlobFiles = append(e.SettledBlobFiles, n)
+			} else {
+				e.UnsettledBlobFiles = append(e.UnsettledBlobFiles, n)
+			}
+
 		case tagWALSynced:
 			// The payload is length-prefixed like every safe-to-ignore
 			// field; bytes after the fields this version knows are room
@@ -509,6 +564,12 @@ func (e *VersionEdit) String() string {
 	}
 	for _, g := range e.BlobGarbage {
 		fmt.Fprintf(&sb, "blob-garbage: %s count=%d bytes=%d\n", g.FileNum, g.Count, g.Bytes)
+	}
+	for _, n := range e.UnsettledBlobFiles {
+		fmt.Fprintf(&sb, "blob-unsettled: %s\n", n)
+	}
+	for _, n := range e.SettledBlobFiles {
+		fmt.Fprintf(&sb, "blob-settled: %s\n", n)
 	}
 	for _, w := range e.WALsSynced {
 		fmt.Fprintf(&sb, "wal-synced: %s size=%d\n", w.Num, w.SyncedSize)

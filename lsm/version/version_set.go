@@ -42,6 +42,14 @@ type Options struct {
 	// modelled on. It exists only so that benchmarks can measure the
 	// difference; leave it false.
 	BuildHashUnderLock bool
+	// OnObsolete, if set, is called when the release of a version's last
+	// reference makes files obsolete (ObsoleteFiles, ObsoleteBlobFiles
+	// have more to return), with no lock of the set held, from the
+	// goroutine that released it: possibly a reader, or a caller holding
+	// the DB mutex. It must not block. The DB wakes its file cleaner with
+	// it, so that a file is deleted as soon as its last holder lets go
+	// rather than at the next version change.
+	OnObsolete func()
 }
 
 func (o Options) withDefaults() Options {
@@ -641,10 +649,15 @@ func (vs *VersionSet) Close() error {
 // live list and drops its file references.
 func (vs *VersionSet) releaseVersion(v *Version) {
 	vs.list.Lock()
-	defer vs.list.Unlock()
 	v.remove()
+	nt, nb := len(vs.list.obsoleteTables), len(vs.list.obsoleteBlobs)
 	vs.list.obsoleteTables = v.releaseFileRefs(vs.list.obsoleteTables)
 	vs.list.obsoleteBlobs = v.releaseBlobRefs(vs.list.obsoleteBlobs)
+	grew := len(vs.list.obsoleteTables) > nt || len(vs.list.obsoleteBlobs) > nb
+	vs.list.Unlock()
+	if grew && vs.opts.OnObsolete != nil {
+		vs.opts.OnObsolete()
+	}
 }
 
 // pushBack links v at the end of the list whose sentinel is l.

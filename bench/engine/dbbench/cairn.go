@@ -40,15 +40,16 @@ func openCairn(dir string, cfg Config) (Engine, []string, error) {
 	return &cairnEngine{db: db}, settings, nil
 }
 
-// setCairnMinBlobSize sets lsm.Options.MinBlobSize (0: no key-value
-// separation, the engine's default) and describes the setting.
+// setCairnMinBlobSize sets lsm.Options.MinBlobSize (0: the engine's
+// default, separation of values from 4 KiB; negative: no key-value
+// separation) and describes the setting.
 func setCairnMinBlobSize(o *lsm.Options, size int64) (string, error) {
-	if size < 0 {
-		return "", fmt.Errorf("dbbench: --cairn-min-blob-size %d: must be >= 0", size)
-	}
 	o.MinBlobSize = int(size)
-	if size == 0 {
-		return "MinBlobSize=0 (no separation, the engine default)", nil
+	switch {
+	case size == 0:
+		return fmt.Sprintf("MinBlobSize=0 (the engine default, %d)", lsm.DefaultMinBlobSize), nil
+	case size < 0:
+		return fmt.Sprintf("MinBlobSize=%d (no separation)", size), nil
 	}
 	return fmt.Sprintf("MinBlobSize=%d", size), nil
 }

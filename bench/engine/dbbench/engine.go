@@ -56,8 +56,8 @@ type Config struct {
 	// PebbleValueSepMin > 0 turns Pebble's value separation on for values
 	// of at least this size (format major version FormatValueSeparation).
 	PebbleValueSepMin int
-	// CairnMinBlobSize > 0 asks for cairn's blob separation of values of at
-	// least this size; it applies only once lsm.Options has MinBlobSize
+	// CairnMinBlobSize is cairn's lsm.Options.MinBlobSize: 0 the engine's
+	// default (separation of values from 4 KiB), negative no separation
 	// (see cairn.go).
 	CairnMinBlobSize int64
 	// CairnDisableWALMmap sets cairn's lsm.Options.DisableWALMmap (WAL

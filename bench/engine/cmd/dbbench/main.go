@@ -41,7 +41,7 @@ func main() {
 	flag.Float64Var(&def.BloomBitsKey, "bloom-bits", def.BloomBitsKey, "Bloom filter bits per key")
 	flag.Int64Var(&def.BadgerValueThreshold, "badger-value-threshold", 0, "Badger ValueThreshold (0: Badger's default)")
 	flag.IntVar(&def.PebbleValueSepMin, "pebble-value-sep-min", 0, "Pebble value separation for values >= this size (0: off)")
-	flag.Int64Var(&def.CairnMinBlobSize, "cairn-min-blob-size", 0, "cairn lsm.Options.MinBlobSize (0: engine default; needs an engine that has the field)")
+	flag.Int64Var(&def.CairnMinBlobSize, "cairn-min-blob-size", 0, "cairn lsm.Options.MinBlobSize (0: engine default, 4096; negative: no separation)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the benchmark(s) named by --profile-benchmark to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile taken after the benchmark(s) named by --profile-benchmark to this file")
 	profBench := flag.String("profile-benchmark", "readrandom", "benchmark name(s) to profile, comma-separated (a name after compact ends in @compacted)")

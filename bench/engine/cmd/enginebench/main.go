@@ -69,7 +69,7 @@ func main() {
 	reads := flag.Int("reads", 0, "dbbench --reads (0: num)")
 	benchmarks := flag.String("benchmarks", "", "dbbench --benchmarks (empty: dbbench's default list)")
 	pebbleVS := flag.Bool("pebble-vs", true, "in the large shape, also run pebble with value separation (engine pebble-vs)")
-	cairnBlob := flag.Int64("cairn-min-blob-size", 0, "dbbench --cairn-min-blob-size for cairn in the large shape (0: not passed)")
+	cairnBlob := flag.Int64("cairn-min-blob-size", 0, "dbbench --cairn-min-blob-size for cairn in the large shape (0: not passed, the engine default; negative: no separation)")
 	memScale := flag.Float64("memory-scale", 1, "multiplies the 64 MiB block cache and memtable of every engine (to keep data/memtable as at full size when --scale < 1)")
 	bin := flag.String("dbbench", "", "dbbench binary (empty: go build ./cmd/dbbench into a temporary directory)")
 	out := flag.String("out", "", "also write the markdown report to this file")
@@ -168,7 +168,7 @@ func makeShapes(names, engines string, scale float64, pebbleVS bool, cairnBlob i
 			sh.Num, sh.ValueSize = 200000, 4096
 			sh.Args["badger"] = []string{"--badger-value-threshold=1024"}
 			sh.Args["pebble-vs"] = []string{"--pebble-value-sep-min=1024"}
-			if cairnBlob > 0 {
+			if cairnBlob != 0 {
 				sh.Args["cairn"] = []string{fmt.Sprintf("--cairn-min-blob-size=%d", cairnBlob)}
 			}
 			if pebbleVS && contains(sh.Engines, "pebble") {
