@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync/atomic"
 
+	"github.com/coreos/etcd/pkg/fileutil"
 	"github.com/hashicorp/raft-wal/types"
 )
 
@@ -25,11 +26,20 @@ type File struct {
 	os.File
 }
 
-// Sync calls fsync on the underlying file. If this is the first call to Sync
-// since creation it also fsyncs the parent dir.
+// Sync calls fdatasync on the underlying file (F_FULLFSYNC on darwin, fsync
+// elsewhere). If this is the first call to Sync since creation it also fsyncs
+// the parent dir.
+//
+// fdatasync rather than fsync (a cairn change, see README.cairn.md): it
+// flushes the data and every piece of metadata needed to read it back (the
+// file size, the allocation of a preallocated extent on its first write)
+// and skips only the timestamps, as etcd's WAL does. On ext4 an fsync of a
+// preallocated segment also commits the inode's new mtime to the journal:
+// measured on the 2-core test VM, fsync's p90 was 0.5-2 ms against
+// fdatasync's 0.15-0.2 ms for a 700-byte append.
 func (f *File) Sync() error {
 	// Sync the underlying file
-	if err := f.File.Sync(); err != nil {
+	if err := fileutil.Fdatasync(&f.File); err != nil {
 		return err
 	}
 	new := atomic.SwapUint32(&f.new, 1)
