@@ -42,7 +42,8 @@ bench-engine:
 # cairn/etcd ratios, CPU and disk bytes per op) goes to stdout and is
 # appended to bench/RESULTS.md. The defaults take about 22 minutes on the
 # 2-core machine; CLUSTER_ARGS="--workloads put1,lin64 --profile" runs a
-# subset and saves pprof CPU/mutex/block profiles of the cairn nodes.
+# subset and saves pprof CPU/mutex/block profiles of the cairn nodes and a
+# CPU profile of each load generator.
 CLUSTER_ROUNDS ?= 3
 CLUSTER_DURATION ?= 20s
 CLUSTER_ARGS ?=

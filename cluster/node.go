@@ -287,7 +287,7 @@ func (n *Node) Start() (err error) {
 	)...)
 	cairnpb.RegisterKVServer(n.grpc, &kvService{n: n})
 	cairnpb.RegisterClusterServer(n.grpc, &clusterService{n: n})
-	n.grpc.RegisterService(&readIndexServiceDesc, n)
+	cairnpb.RegisterReadIndexServer(n.grpc, &readIndexService{n: n})
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	reflection.Register(n.grpc)

@@ -2,18 +2,17 @@ package cluster
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 
+	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // readIndex makes a linearizable read safe on the leader (raft's read-index
@@ -172,13 +171,6 @@ func (n *Node) runReadRounds() {
 	}
 }
 
-// confirmMethod is the Confirm RPC's full name. The service is internal
-// (node to node) and hand-registered (readIndexServiceDesc): a request is
-// a BytesValue of term (8 bytes, big endian), nonce (8) and the leader's
-// server ID; the answer a BytesValue of the answering node's term (8) and
-// the nonce (8), given only if it recognises the leader in that term.
-const confirmMethod = "/cairn.internal.ReadIndex/Confirm"
-
 // errNotConfirmed is a follower's refusal of a Confirm request.
 var errNotConfirmed = errors.New("cluster: leadership not confirmed")
 
@@ -230,17 +222,13 @@ func (n *Node) confirmRound() (uint64, error) {
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ApplyTimeout)
 	defer cancel()
-	nonce := rand.Uint64()
-	req := make([]byte, 16, 16+len(self))
-	binary.BigEndian.PutUint64(req[0:], term)
-	binary.BigEndian.PutUint64(req[8:], nonce)
-	req = append(req, self...)
+	req := &cairnpb.ConfirmRequest{Term: term, Nonce: rand.Uint64(), LeaderId: string(self)}
 	answers := make(chan error, len(peers))
 	for range len(peers) - len(conns) {
 		answers <- errors.New("cluster: no gRPC address known for a voter")
 	}
 	for _, cc := range conns {
-		go func() { answers <- confirmPeer(ctx, cc, req, term, nonce) }()
+		go func() { answers <- confirmPeer(ctx, cc, req) }()
 	}
 	var last error
 	for fails, unimplemented := 0, 0; acks < need; {
@@ -287,61 +275,42 @@ func (n *Node) checkTerm(term uint64) (uint64, error) {
 }
 
 // confirmPeer sends one Confirm request and checks the answer.
-func confirmPeer(ctx context.Context, cc *grpc.ClientConn, req []byte, term, nonce uint64) error {
-	out := new(wrapperspb.BytesValue)
-	if err := cc.Invoke(ctx, confirmMethod, wrapperspb.Bytes(req), out); err != nil {
+func confirmPeer(ctx context.Context, cc *grpc.ClientConn, req *cairnpb.ConfirmRequest) error {
+	resp, err := cairnpb.NewReadIndexClient(cc).Confirm(ctx, req)
+	if err != nil {
 		return err
 	}
-	b := out.GetValue()
-	if len(b) != 16 || binary.BigEndian.Uint64(b[0:]) != term || binary.BigEndian.Uint64(b[8:]) != nonce {
+	if resp.GetTerm() != req.GetTerm() || resp.GetNonce() != req.GetNonce() {
 		return errNotConfirmed
 	}
 	return nil
 }
 
-// confirm answers a Confirm request: it echoes the term and nonce if this
+// readIndexService implements cairnpb.ReadIndexServer.
+type readIndexService struct {
+	cairnpb.UnimplementedReadIndexServer
+	n *Node
+}
+
+// Confirm answers a Confirm request: it echoes the term and nonce if this
 // node's current term is the request's and the leader it knows in it is
 // the requester; otherwise it refuses.
-func (n *Node) confirm(req []byte) ([]byte, error) {
-	if len(req) < 17 {
+func (s *readIndexService) Confirm(_ context.Context, req *cairnpb.ConfirmRequest) (*cairnpb.ConfirmResponse, error) {
+	r := s.n.raft
+	term := req.GetTerm()
+	if term == 0 || req.GetLeaderId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "malformed confirm request")
 	}
-	term := binary.BigEndian.Uint64(req[0:])
-	if n.raft.CurrentTerm() != term {
+	if r.CurrentTerm() != term {
 		return nil, status.Error(codes.FailedPrecondition, "term mismatch")
 	}
-	if _, lid := n.raft.LeaderWithID(); string(lid) != string(req[16:]) {
+	if _, lid := r.LeaderWithID(); string(lid) != req.GetLeaderId() {
 		return nil, status.Error(codes.FailedPrecondition, "not this node's leader")
 	}
 	// The term again: it must still be the request's after the leader
 	// check, so the answer holds at one instant after the request was sent.
-	if n.raft.CurrentTerm() != term {
+	if r.CurrentTerm() != term {
 		return nil, status.Error(codes.FailedPrecondition, "term mismatch")
 	}
-	return req[:16], nil
-}
-
-// readIndexServer is the handler type of readIndexServiceDesc.
-type readIndexServer interface {
-	confirm([]byte) ([]byte, error)
-}
-
-var readIndexServiceDesc = grpc.ServiceDesc{
-	ServiceName: "cairn.internal.ReadIndex",
-	HandlerType: (*readIndexServer)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "Confirm",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-			in := new(wrapperspb.BytesValue)
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			out, err := srv.(readIndexServer).confirm(in.GetValue())
-			if err != nil {
-				return nil, err
-			}
-			return wrapperspb.Bytes(out), nil
-		},
-	}},
-	Metadata: "cluster/read.go",
+	return &cairnpb.ConfirmResponse{Term: term, Nonce: req.GetNonce()}, nil
 }

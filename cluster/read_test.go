@@ -322,3 +322,51 @@ func TestStaleLeaderServesNoRead(t *testing.T) {
 		t.Log("note: the old leader stepped down during the check")
 	}
 }
+
+// TestConfirmAnswersOnlyItsLeader: a node's ReadIndex service (registered
+// on its gRPC server) echoes term and nonce only for the leader it follows
+// in its current term, and refuses another term, another leader and a
+// malformed request.
+func TestConfirmAnswersOnlyItsLeader(t *testing.T) {
+	tc := newTestCluster(t)
+	nodes := tc.formCluster(3, nil)
+	leader := tc.leader()
+	var follower *Node
+	for _, n := range nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	c := cairnpb.NewReadIndexClient(tc.conn(follower))
+	term := leader.raft.CurrentTerm()
+	confirm := func(req *cairnpb.ConfirmRequest) (*cairnpb.ConfirmResponse, error) {
+		return c.Confirm(ctxTimeout(t, 5*time.Second), req)
+	}
+
+	resp, err := confirm(&cairnpb.ConfirmRequest{Term: term, Nonce: 42, LeaderId: leader.ID()})
+	if follower.raft.CurrentTerm() != term {
+		t.Skip("leadership moved during the test")
+	}
+	if err != nil {
+		t.Fatalf("the leader's confirm request of term %d: %v", term, err)
+	}
+	if resp.GetTerm() != term || resp.GetNonce() != 42 {
+		t.Fatalf("answer %v, want term %d nonce 42", resp, term)
+	}
+	for _, tt := range []struct {
+		name string
+		req  *cairnpb.ConfirmRequest
+		code codes.Code
+	}{
+		{"older term", &cairnpb.ConfirmRequest{Term: term - 1, Nonce: 1, LeaderId: leader.ID()}, codes.FailedPrecondition},
+		{"newer term", &cairnpb.ConfirmRequest{Term: term + 1, Nonce: 1, LeaderId: leader.ID()}, codes.FailedPrecondition},
+		{"another leader", &cairnpb.ConfirmRequest{Term: term, Nonce: 1, LeaderId: follower.ID()}, codes.FailedPrecondition},
+		{"no leader", &cairnpb.ConfirmRequest{Term: term, Nonce: 1}, codes.InvalidArgument},
+		{"no term", &cairnpb.ConfirmRequest{Nonce: 1, LeaderId: leader.ID()}, codes.InvalidArgument},
+	} {
+		if _, err := confirm(tt.req); status.Code(err) != tt.code {
+			t.Errorf("%s: got %v, want %s", tt.name, err, tt.code)
+		}
+	}
+}

@@ -180,6 +180,11 @@ func runOne(bc *benchConfig, c *cluster, w workload, dur time.Duration, nkeys in
 	args := []string{"load", "--target", loadTarget(c.target), "--endpoints", strings.Join(c.endpoints, ","),
 		"--op", w.op, "--clients", strconv.Itoa(w.clients), "--value-size", strconv.Itoa(w.vsize),
 		"--keys", strconv.Itoa(nkeys), "--duration", dur.String()}
+	if bc.pprof {
+		// The load generator shares the machine's cores with the servers:
+		// its CPU per operation is part of what a run measures.
+		args = append(args, "--cpuprofile", filepath.Join(bc.work, fmt.Sprintf("%s-load-%s.profile.pb.gz", w.name, c.target)))
+	}
 	cmd := exec.Command(bc.self, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -291,7 +296,7 @@ func runBench(args []string) error {
 	out := fs.String("out", "", "also write the markdown report to this file")
 	work := fs.String("work", "", "work directory (data, logs, profiles); default a new temporary directory, kept")
 	port := fs.Int("base-port", 23000, "first port used")
-	pprof := fs.Bool("profile", false, "fetch CPU, mutex and block profiles of the cairn nodes for every cairn run (into the work directory)")
+	pprof := fs.Bool("profile", false, "fetch CPU, mutex and block profiles of the cairn nodes for every cairn run, and a CPU profile of every load generator (into the work directory)")
 	root := fs.String("root", "../..", "the cairn repository root (cairn-node is built from it)")
 	baseRoot := fs.String("base-root", "", "another cairn tree (e.g. an older commit's `git archive`), run as target \"base\" for before/after figures: add base to --targets")
 	if err := fs.Parse(args); err != nil {

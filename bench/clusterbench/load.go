@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -107,6 +108,7 @@ func runLoad(args []string) error {
 	warm := fs.Duration("warmup", time.Second, "unmeasured warm-up")
 	vsize := fs.Int("value-size", 256, "value bytes")
 	nkeys := fs.Int("keys", 100000, "key space")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process over the measured window to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -200,12 +202,30 @@ func runLoad(args []string) error {
 		}(w, kvs[w%nconn])
 	}
 	time.Sleep(*warm)
+	var prof *os.File
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		prof = f
+	}
 	fmt.Println("start")
 	measuring.Store(true)
 	t0 := time.Now()
 	time.Sleep(*dur)
 	measuring.Store(false)
 	el := time.Since(t0)
+	if prof != nil {
+		pprof.StopCPUProfile()
+		if err := prof.Close(); err != nil {
+			return err
+		}
+	}
 	fmt.Println("end")
 	stop.Store(true)
 	wg.Wait()

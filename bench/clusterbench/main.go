@@ -23,6 +23,12 @@
 // (/proc/PID/io write_bytes), both between the load generator's start and
 // end marks (a warm-up second is excluded). The report gives medians over
 // rounds with min–max, and the cairn/etcd ratios.
+//
+// --profile saves, per run, CPU, mutex and block profiles of the three
+// cairn nodes (<workload>-n<i>.<kind>.pb.gz) and a CPU profile of the load
+// generator of either system (<workload>-load-<target>.profile.pb.gz) in
+// the work directory: the load generator shares the cores with the
+// servers, so its CPU per operation is part of what a run measures.
 package main
 
 import (

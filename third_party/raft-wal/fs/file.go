@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync/atomic"
 
+	"github.com/coreos/etcd/pkg/fileutil"
 	"github.com/hashicorp/raft-wal/types"
 )
 
@@ -25,11 +26,18 @@ type File struct {
 	os.File
 }
 
-// Sync calls fsync on the underlying file. If this is the first call to Sync
-// since creation it also fsyncs the parent dir.
+// Sync calls fdatasync on the underlying file (F_FULLFSYNC on darwin, fsync
+// elsewhere). If this is the first call to Sync since creation it also fsyncs
+// the parent dir.
+//
+// fdatasync rather than fsync (a cairn change, see README.cairn.md): it
+// flushes the data and every piece of metadata needed to read it back (the
+// file size, the allocation of a preallocated extent on its first write)
+// and leaves out only the timestamps, as etcd's WAL does. Its tail latency
+// per append was lower on the test VM (fs.BenchmarkAppendSync).
 func (f *File) Sync() error {
 	// Sync the underlying file
-	if err := f.File.Sync(); err != nil {
+	if err := fileutil.Fdatasync(&f.File); err != nil {
 		return err
 	}
 	new := atomic.SwapUint32(&f.new, 1)
