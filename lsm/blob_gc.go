@@ -76,6 +76,8 @@ type blobGCState struct {
 	minLatestSeq base.SeqNum
 	// runs counts GC jobs that rewrote a file.
 	runs int64
+	// unpacedJobs counts GC jobs that ran unpaced (see blobGCDebtSpaceAmp).
+	unpacedJobs int64
 }
 
 type blobRetiring struct {
@@ -253,17 +255,7 @@ func (d *DB) pickBlobGCLocked(discardRatio float64) []*version.BlobFileMetadata 
 	if len(out) > 0 || len(cands) == 0 || cands[0].GarbageBytes == 0 {
 		return out
 	}
-	// Files waiting for retirement (an old snapshot holds them) do not
-	// count: GC cannot shrink them, and counting them would make it
-	// rewrite every other file while the snapshot lives.
-	var total, live uint64
-	for _, m := range d.mu.versions.Current().BlobFiles {
-		if d.retiringLocked(m.FileNum) {
-			continue
-		}
-		total += m.Size
-		live += m.LiveBytes()
-	}
+	total, live := d.blobSizesLocked()
 	excess := float64(total) - d.opts.BlobMaxSpaceAmp*float64(live)
 	for _, m := range cands {
 		if excess <= 0 || m.GarbageBytes == 0 || !take(m) {
@@ -272,6 +264,42 @@ func (d *DB) pickBlobGCLocked(discardRatio float64) []*version.BlobFileMetadata 
 		excess -= float64(m.GarbageBytes)
 	}
 	return out
+}
+
+// blobSizesLocked returns the blob files' total size and live bytes (as
+// far as compactions have found their garbage). Files waiting for
+// retirement (an old snapshot holds them) do not count: GC cannot shrink
+// them, and counting them would make it rewrite every other file while
+// the snapshot lives.
+// REQUIRES: d.mu held.
+func (d *DB) blobSizesLocked() (total, live uint64) {
+	for _, m := range d.mu.versions.Current().BlobFiles {
+		if d.retiringLocked(m.FileNum) {
+			continue
+		}
+		total += m.Size
+		live += m.LiveBytes()
+	}
+	return total, live
+}
+
+// blobGCDebtSpaceAmp is the counted space amplification (see
+// blobSizesLocked) past which blob GC stops pacing itself to
+// BlobGCBytesPerSec: a steady overwrite that writes blobs faster than
+// paced GC reclaims them otherwise grows the directory to 2.3-2.6× the
+// live data (TestBlobSpaceAmpOverTime; 1.7× unpaced), where the pacing no
+// longer protects anything worth more than the disk.
+const blobGCDebtSpaceAmp = 1.5
+
+// blobSpaceAmpLocked is the counted space amplification of the blob
+// files; 0 when they hold no live bytes.
+// REQUIRES: d.mu held.
+func (d *DB) blobSpaceAmpLocked() float64 {
+	total, live := d.blobSizesLocked()
+	if live == 0 {
+		return 0
+	}
+	return float64(total) / float64(live)
 }
 
 // gcCandidate is a record GC copied: its key, old and new location.
@@ -367,7 +395,8 @@ func (d *DB) gcBlobFilesLocked(ms []*version.BlobFileMetadata) error {
 
 // gcCopyLive copies the records of ms whose key still points at them into
 // new blob files (synced, with the directory), returned in sep.done: the
-// caller installs them or abandons sep. Rate-limited.
+// caller installs them or abandons sep. Paced to BlobGCBytesPerSec while
+// GC is not behind (see blobGCDebtSpaceAmp).
 func (d *DB) gcCopyLive(ms []*version.BlobFileMetadata) (cands []gcCandidate, sep *blobSeparator, bytesRead int64, err error) {
 	sep = &blobSeparator{d: d, minSize: 0}
 	defer func() {
@@ -376,6 +405,18 @@ func (d *DB) gcCopyLive(ms []*version.BlobFileMetadata) (cands []gcCandidate, se
 		}
 	}()
 	lim := newRateLimiter(d.opts.BlobGCBytesPerSec, d.closeCh)
+	lim.unpaced = func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.blobSpaceAmpLocked() > blobGCDebtSpaceAmp
+	}
+	defer func() {
+		if lim.ranUnpaced {
+			d.mu.Lock()
+			d.mu.blobGC.unpacedJobs++
+			d.mu.Unlock()
+		}
+	}()
 	for _, m := range ms {
 		var n int64
 		c, err := d.gcCopyFile(m, sep, lim, &n)
@@ -542,13 +583,22 @@ func (d *DB) retireBlobFilesLocked() error {
 	return nil
 }
 
-// rateLimiter paces a job to bytesPerSec (negative: no limit).
+// rateLimiter paces a job to bytesPerSec (negative: no limit), except
+// while unpaced (if set; asked at most every unpacedCheckInterval)
+// reports that the job must not be held back.
 type rateLimiter struct {
 	bytesPerSec int64
 	start       time.Time
 	bytes       int64
 	closeCh     chan struct{}
+
+	unpaced    func() bool
+	checked    time.Time // when unpaced was last asked
+	free       bool      // its answer
+	ranUnpaced bool      // it said so at least once
 }
+
+const unpacedCheckInterval = 100 * time.Millisecond
 
 func newRateLimiter(bytesPerSec int64, closeCh chan struct{}) *rateLimiter {
 	return &rateLimiter{bytesPerSec: bytesPerSec, start: time.Now(), closeCh: closeCh}
@@ -558,6 +608,16 @@ func newRateLimiter(bytesPerSec int64, closeCh chan struct{}) *rateLimiter {
 // ErrClosed if the DB closes meanwhile.
 func (l *rateLimiter) wait(n int64) error {
 	if l.bytesPerSec <= 0 {
+		return nil
+	}
+	if l.unpaced != nil && time.Since(l.checked) >= unpacedCheckInterval {
+		l.free = l.unpaced()
+		l.checked = time.Now()
+		l.ranUnpaced = l.ranUnpaced || l.free
+	}
+	if l.free {
+		// Pacing resumes from now once the job is held back again.
+		l.start, l.bytes = time.Now(), 0
 		return nil
 	}
 	l.bytes += n

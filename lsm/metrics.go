@@ -87,6 +87,9 @@ type BlobMetrics struct {
 	BytesWritten int64
 	// GCBytesRead and GCBytesWritten count blob GC's traffic.
 	GCBytesRead, GCBytesWritten int64
+	// GCUnpacedJobs counts GC jobs that ran, for a while at least, without
+	// BlobGCBytesPerSec's pacing because GC had fallen behind the writes.
+	GCUnpacedJobs int64
 	// Cache is the blob cache (hits, misses, size, off-heap memory).
 	Cache blob.CacheMetrics
 	// FileCacheLookups counts lookups in the cache of open blob readers:
@@ -132,6 +135,7 @@ func (d *DB) Metrics() *Metrics {
 	}
 	m.Blob.BytesWritten = s.blobBytesWritten
 	m.Blob.GCBytesRead, m.Blob.GCBytesWritten = s.blobGCBytesRead, s.blobGCBytesWritten
+	m.Blob.GCUnpacedJobs = d.mu.blobGC.unpacedJobs
 	for _, b := range v.BlobFiles {
 		m.Blob.Files++
 		m.Blob.FileBytes += int64(b.Size)
