@@ -83,6 +83,8 @@ type Node struct {
 	leaderChange notifier
 	// reads batches linearizable reads' leadership confirmation rounds.
 	reads readBarrier
+	// leaders records the leader changes this node sees (observe.go).
+	leaders leaderWatch
 
 	// members caches the gossip view by ID, refreshed on every membership
 	// change by watchMembers.
@@ -273,7 +275,7 @@ func (n *Node) Start() (err error) {
 	n.applier = &membership.Applier{Raft: n.raft, Timeout: c.ApplyTimeout}
 
 	// gRPC.
-	n.grpc = grpc.NewServer(
+	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMessageSize(c.MaxValueSize)),
 		grpc.MaxSendMsgSize(maxMessageSize(c.MaxValueSize)),
 		// Serve requests on a pool of goroutines whose stacks have grown
@@ -282,12 +284,14 @@ func (n *Node) Start() (err error) {
 		// growing its stack (runtime.newstack/copystack) under 64 clients
 		// of linearizable gets.
 		grpc.NumStreamWorkers(grpcStreamWorkers),
-	)
+	}
+	n.grpc = grpc.NewServer(append(serverOpts, c.GRPCServerOptions...)...)
 	cairnpb.RegisterKVServer(n.grpc, &kvService{n: n})
 	cairnpb.RegisterClusterServer(n.grpc, &clusterService{n: n})
 	n.grpc.RegisterService(&readIndexServiceDesc, n)
 	n.health = health.NewServer()
-	healthpb.RegisterHealthServer(n.grpc, n.health)
+	hs := &healthService{Server: n.health, n: n}
+	healthpb.RegisterHealthServer(n.grpc, hs)
 	reflection.Register(n.grpc)
 	for _, svc := range []string{"", cairnpb.KV_ServiceDesc.ServiceName, cairnpb.Cluster_ServiceDesc.ServiceName} {
 		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
@@ -302,9 +306,11 @@ func (n *Node) Start() (err error) {
 	}()
 
 	// Background loops.
-	n.wg.Add(2)
+	n.wg.Add(4)
 	go n.watchMembers()
 	go n.leadershipLoop()
+	go n.watchLeaders()
+	go n.healthLoop(hs)
 	if ownSnaps != nil {
 		n.snapStore = ownSnaps
 		n.wg.Add(1)

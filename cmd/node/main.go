@@ -90,18 +90,41 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return &exitError{2, err}
 	}
+	metrics, err := opts.listenMetrics(&cfg)
+	if err != nil {
+		return err
+	}
 	node, err := cluster.New(cfg, nil)
 	if err != nil {
+		if metrics != nil {
+			metrics.close(context.Background())
+		}
 		return &exitError{2, err}
 	}
 	if err := node.Start(); err != nil {
+		if metrics != nil {
+			metrics.close(context.Background())
+		}
 		return err
 	}
-	fmt.Fprintf(stdout, "cairn-node %s: serving gRPC on %s (raft %s, gossip %s, data %s)\n",
-		cfg.ID, node.GRPCAddr(), node.RaftAddr(), node.GossipAddr(), cfg.DataDir)
+	metricsNote := ""
+	if metrics != nil {
+		if err := metrics.serve(node, cfg.Logger); err != nil {
+			metrics.close(context.Background())
+			node.Shutdown(context.Background())
+			return err
+		}
+		metricsNote = ", metrics http://" + metrics.addr() + "/"
+	}
+	fmt.Fprintf(stdout, "cairn-node %s: serving gRPC on %s (raft %s, gossip %s, data %s%s)\n",
+		cfg.ID, node.GRPCAddr(), node.RaftAddr(), node.GossipAddr(), cfg.DataDir, metricsNote)
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "cairn-node: shutting down (signal again to stop at once)")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return node.Shutdown(sctx)
+	err = node.Shutdown(sctx)
+	if metrics != nil {
+		metrics.close(sctx)
+	}
+	return err
 }
