@@ -85,6 +85,8 @@ type Node struct {
 	reads readBarrier
 	// leaders records the leader changes this node sees (observe.go).
 	leaders leaderWatch
+	// reconcileActions counts the reconcile loop's actions by kind.
+	reconcileActions kindCounter
 
 	// members caches the gossip view by ID, refreshed on every membership
 	// change by watchMembers.

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -136,4 +137,29 @@ func (n *Node) MemberStatuses(ctx context.Context) ([]MemberStatus, error) {
 	}
 	wg.Wait()
 	return out, nil
+}
+
+// kindCounter counts events by kind.
+type kindCounter struct {
+	mu     sync.Mutex
+	counts map[string]uint64 // REQUIRES: mu
+}
+
+func (k *kindCounter) add(kind string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.counts == nil {
+		k.counts = make(map[string]uint64)
+	}
+	k.counts[kind]++
+}
+
+// ReconcileActions returns how many configuration changes of each kind
+// (membership.ActionKind's names: add-nonvoter, promote-voter, ...) this
+// node's reconcile loop decided on while it led, since it started.
+func (n *Node) ReconcileActions() map[string]uint64 {
+	k := &n.reconcileActions
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.counts)
 }

@@ -24,6 +24,7 @@ type Node interface {
 	Members(ctx context.Context) (*cairnpb.MembersResponse, error)
 	MemberStatuses(ctx context.Context) ([]cluster.MemberStatus, error)
 	Readiness(ctx context.Context) cluster.Readiness
+	ReconcileActions() map[string]uint64
 }
 
 var _ Node = (*cluster.Node)(nil)
@@ -194,7 +195,7 @@ type raftCollector struct {
 
 	state, term, commit, applied, lastLog, lastSnap metric
 	lastContact, leaderChanges, hasLeader, ready    metric
-	members, servers                                metric
+	members, servers, reconcile                     metric
 }
 
 func newRaftCollector(n Node) *raftCollector {
@@ -212,12 +213,13 @@ func newRaftCollector(n Node) *raftCollector {
 		ready:         gauge("cairn_node_ready", "1 if the node is ready (knows a leader and has applied to within the allowed lag of the leader's commit index; gRPC health SERVING)."),
 		members:       gauge("cairn_members", "Members in this node's view by gossip status (alive, suspect, dead, left, unknown) and raft suffrage (voter, nonvoter, none).", "status", "suffrage"),
 		servers:       gauge("cairn_raft_servers", "Servers in the raft configuration, by suffrage.", "suffrage"),
+		reconcile:     counter("cairn_membership_reconcile_actions_total", "Configuration changes this node's reconcile loop decided on while it led, by action (add-nonvoter, promote-voter, demote-voter, remove-server, update-address).", "action"),
 	}
 }
 
 func (c *raftCollector) metrics() []metric {
 	return []metric{c.state, c.term, c.commit, c.applied, c.lastLog, c.lastSnap, c.lastContact,
-		c.leaderChanges, c.hasLeader, c.ready, c.members, c.servers}
+		c.leaderChanges, c.hasLeader, c.ready, c.members, c.servers, c.reconcile}
 }
 
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -251,6 +253,9 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	total, _ := c.node.LeaderChanges()
 	c.leaderChanges.emit(ch, float64(total))
 	c.hasLeader.emit(ch, boolValue(st.GetLeaderId() != ""))
+	for action, n := range c.node.ReconcileActions() {
+		c.reconcile.emit(ch, float64(n), action)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()

@@ -50,8 +50,8 @@ func chromium(t *testing.T, bin string, args ...string) []byte {
 func TestStatusPageInBrowser(t *testing.T) {
 	bin := chromiumPath()
 	if bin == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("CI: no chromium installed (.ci/run installs Debian's chromium package)")
+		if os.Getenv("CAIRN_REQUIRE_CHROMIUM") != "" {
+			t.Fatal("CAIRN_REQUIRE_CHROMIUM is set and no chromium is installed (.ci/run installs Debian's chromium package)")
 		}
 		t.Skip("no chromium: apt-get install chromium to run the status page test")
 	}
