@@ -53,6 +53,11 @@ func (n *Node) watchLeaders() {
 	})
 	n.raft.RegisterObserver(obs)
 	defer n.raft.DeregisterObserver(obs)
+	// A leader that made contact before the observer was registered
+	// (a restarted follower hears from it within milliseconds).
+	if _, id := n.raft.LeaderWithID(); id != "" {
+		n.leaders.record(LeaderChange{Time: time.Now(), LeaderID: string(id), Term: n.raft.CurrentTerm()})
+	}
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -64,12 +69,17 @@ func (n *Node) watchLeaders() {
 	}
 }
 
+// record notes c, unless it repeats the last change (the same leader in
+// the same term, seen both by watchLeaders' first look and by raft).
 func (w *leaderWatch) record(c LeaderChange) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if k := len(w.mu.recent); k > 0 && w.mu.recent[k-1].LeaderID == c.LeaderID && w.mu.recent[k-1].Term == c.Term {
+		return
+	}
 	if c.LeaderID != "" {
 		w.changes.Add(1)
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	if len(w.mu.recent) == maxLeaderChanges {
 		w.mu.recent = slices.Delete(w.mu.recent, 0, 1)
 	}
