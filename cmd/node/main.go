@@ -13,8 +13,11 @@
 //	cairn-node --id n3 --data-dir d3 --grpc-addr 127.0.0.1:7399 --raft-addr 127.0.0.1:7400 --gossip-addr 127.0.0.1:7401 --bootstrap-expect 3 --join 127.0.0.1:7381
 //
 // A node started with --join and without --bootstrap-expect joins an
-// existing cluster (the leader adds it). `cairn-node health` checks a
-// node's gRPC health service, for container health checks.
+// existing cluster (the leader adds it). Each node serves its status page,
+// Prometheus metrics, /healthz and /readyz on --metrics-addr (default
+// 127.0.0.1:9379, package monitor; give each node on one host its own).
+// `cairn-node health` checks a node's gRPC health service, SERVING once the
+// node is ready, for container health checks.
 // `cairn-node restore --from BACKUP --data-dir DIR --id ID` seeds a data
 // directory from a backup, for the first node of a new cluster (README,
 // "Restore a cluster from a backup").
