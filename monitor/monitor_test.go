@@ -332,4 +332,17 @@ func TestMetricsScrape(t *testing.T) {
 	if code, _ := httpGet(t, urls[li]+"/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("/debug/pprof/ without Pprof: %d, want 404", code)
 	}
+	mon, err := New(Options{Pprof: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := mon.Handler(nodes[li])
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	if code, body := httpGet(t, srv.URL+"/debug/pprof/goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "goroutine profile") {
+		t.Errorf("/debug/pprof/goroutine with Pprof: %d %.200s", code, body)
+	}
 }
