@@ -295,9 +295,11 @@ func (n *Node) Start() (err error) {
 	hs := &healthService{Server: n.health, n: n}
 	healthpb.RegisterHealthServer(n.grpc, hs)
 	reflection.Register(n.grpc)
-	for _, svc := range []string{"", cairnpb.KV_ServiceDesc.ServiceName, cairnpb.Cluster_ServiceDesc.ServiceName} {
+	for _, svc := range []string{cairnpb.KV_ServiceDesc.ServiceName, cairnpb.Cluster_ServiceDesc.ServiceName} {
 		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
+	// The overall status is readiness, which healthLoop keeps current.
+	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	lis := n.lis
 	n.wg.Add(1)
 	go func() {
