@@ -13,6 +13,7 @@ import (
 	"github.com/cairnkv/cairn/lsm"
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
 )
 
 // Default listen addresses of a node (see doc.go, "Ports").
@@ -178,6 +179,14 @@ type Config struct {
 	RaftLogLevel slog.Level
 	// Now is the reconcile loop's clock; default time.Now.
 	Now func() time.Time
+
+	// ReadyMaxLag is how many entries a node's applied index may trail the
+	// leader's commit index while the node still reports ready (gRPC
+	// health SERVING; see Node.Readiness); default DefaultReadyMaxLag.
+	ReadyMaxLag uint64
+	// GRPCServerOptions are added to the gRPC server's options (cmd/node:
+	// the Prometheus metrics interceptors).
+	GRPCServerOptions []grpc.ServerOption
 }
 
 // Deps are the raft components a test may supply; nil fields get the
@@ -270,6 +279,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = DefaultTrailingLogs
+	}
+	if c.ReadyMaxLag == 0 {
+		c.ReadyMaxLag = DefaultReadyMaxLag
 	}
 	defDur := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -373,5 +385,8 @@ func (c *Config) raftConfig() *raft.Config {
 	// member whose raft never answered (jepsen/README.md, track record #2).
 	// Consul and Nomad choose the same.
 	rc.ShutdownOnRemove = false
+	// Without the legacy copies, raft's metrics (bridged to Prometheus by
+	// cmd/node) carry a peer as a label, not as part of the metric name.
+	rc.NoLegacyTelemetry = true
 	return rc
 }

@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"io"
+	"log"
 	"log/slog"
 	"strings"
 	"sync"
@@ -37,15 +39,130 @@ func newLimitedHCLogger(name string, l *slog.Logger, level slog.Level, lim *logL
 	case level >= slog.LevelWarn:
 		hl = hclog.Warn
 	}
-	return &limitedLogger{
-		Logger: hclog.New(&hclog.LoggerOptions{
-			Name:        name,
-			Level:       hl,
-			Output:      slogWriter{l},
-			DisableTime: true,
-		}),
-		lim: lim,
+	return &limitedLogger{Logger: &slogHCLogger{l: l, name: name, level: hl}, lim: lim}
+}
+
+// slogHCLogger is an hclog.Logger that logs to a slog.Logger: each line
+// keeps its arguments as attributes (after component=the logger's name),
+// so that raft's lines are as structured as the node's own, in the text
+// and the JSON format alike.
+type slogHCLogger struct {
+	l       *slog.Logger
+	name    string
+	level   hclog.Level
+	implied []any
+}
+
+var _ hclog.Logger = (*slogHCLogger)(nil)
+
+func (h *slogHCLogger) Log(level hclog.Level, msg string, args ...any) {
+	if level == hclog.Off || level < h.level {
+		return
 	}
+	sl := slog.LevelInfo
+	switch level {
+	case hclog.Trace:
+		sl = slog.LevelDebug - 4
+	case hclog.Debug:
+		sl = slog.LevelDebug
+	case hclog.Warn:
+		sl = slog.LevelWarn
+	case hclog.Error:
+		sl = slog.LevelError
+	}
+	ctx := context.Background()
+	if !h.l.Enabled(ctx, sl) {
+		return
+	}
+	all := append(h.implied[:len(h.implied):len(h.implied)], args...)
+	attrs := make([]any, 0, 2+len(all))
+	if h.name != "" {
+		attrs = append(attrs, slog.String("component", h.name))
+	}
+	for i := 0; i < len(all); i += 2 {
+		if i+1 == len(all) {
+			attrs = append(attrs, slog.Any(hclog.MissingKey, hclogValue(all[i])))
+			break
+		}
+		key := fmt.Sprint(all[i])
+		if reservedLogKeys[key] {
+			key = h.name + "_" + key // raft's "node" is not the node ID
+		}
+		attrs = append(attrs, slog.Any(key, hclogValue(all[i+1])))
+	}
+	h.l.Log(ctx, sl, msg, attrs...)
+}
+
+// reservedLogKeys are the attribute names of every line (slog's and the
+// node's), which an hclog argument may not take.
+var reservedLogKeys = map[string]bool{"time": true, "level": true, "msg": true, "source": true, "node": true, "component": true}
+
+// hclogValue renders the values raft logs (errors, durations, *raft.Raft
+// and other Stringers, hclog.Fmt) as text, which both slog handlers print
+// as the value says (JSON would print most of them as {} or nanoseconds).
+func hclogValue(v any) any {
+	switch x := v.(type) {
+	case hclog.Format:
+		if len(x) > 0 {
+			if f, ok := x[0].(string); ok {
+				return fmt.Sprintf(f, x[1:]...)
+			}
+		}
+		return fmt.Sprint([]any(x)...)
+	case error:
+		return x.Error()
+	case fmt.Stringer:
+		return x.String()
+	}
+	return v
+}
+
+func (h *slogHCLogger) Trace(msg string, args ...any) { h.Log(hclog.Trace, msg, args...) }
+func (h *slogHCLogger) Debug(msg string, args ...any) { h.Log(hclog.Debug, msg, args...) }
+func (h *slogHCLogger) Info(msg string, args ...any)  { h.Log(hclog.Info, msg, args...) }
+func (h *slogHCLogger) Warn(msg string, args ...any)  { h.Log(hclog.Warn, msg, args...) }
+func (h *slogHCLogger) Error(msg string, args ...any) { h.Log(hclog.Error, msg, args...) }
+
+func (h *slogHCLogger) IsTrace() bool { return h.level <= hclog.Trace }
+func (h *slogHCLogger) IsDebug() bool { return h.level <= hclog.Debug }
+func (h *slogHCLogger) IsInfo() bool  { return h.level <= hclog.Info }
+func (h *slogHCLogger) IsWarn() bool  { return h.level <= hclog.Warn }
+func (h *slogHCLogger) IsError() bool { return h.level <= hclog.Error }
+
+func (h *slogHCLogger) ImpliedArgs() []any { return h.implied }
+
+func (h *slogHCLogger) With(args ...any) hclog.Logger {
+	c := *h
+	c.implied = append(h.implied[:len(h.implied):len(h.implied)], args...)
+	return &c
+}
+
+func (h *slogHCLogger) Name() string { return h.name }
+
+func (h *slogHCLogger) Named(name string) hclog.Logger {
+	c := *h
+	if c.name != "" {
+		name = c.name + "." + name
+	}
+	c.name = name
+	return &c
+}
+
+func (h *slogHCLogger) ResetNamed(name string) hclog.Logger {
+	c := *h
+	c.name = name
+	return &c
+}
+
+func (h *slogHCLogger) SetLevel(level hclog.Level) { h.level = level }
+func (h *slogHCLogger) GetLevel() hclog.Level      { return h.level }
+
+func (h *slogHCLogger) StandardLogger(opts *hclog.StandardLoggerOptions) *log.Logger {
+	return log.New(h.StandardWriter(opts), "", 0)
+}
+
+func (h *slogHCLogger) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
+	return slogWriter{h.l.With("component", h.name)}
 }
 
 // peerArgs are the argument names raft gives a peer under.

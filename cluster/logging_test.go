@@ -88,14 +88,14 @@ func TestHCLoggerLimitsPeerErrors(t *testing.T) {
 		clk.advance(600 * time.Millisecond)
 	}
 	count := func(s string) int { return strings.Count(buf.String(), s) }
-	if n := count("failed to heartbeat to: peer=127.0.0.1:7380"); n != 2 {
+	if n := count(`msg="failed to heartbeat to" component=raft peer=127.0.0.1:7380`); n != 2 {
 		t.Errorf("%d heartbeat errors logged in 60s, want 2 (at 0s and 30s):\n%s", n, buf.String())
 	}
 	// The second heartbeat error, at 30s (the 51st), counts the 49 in
 	// between.
 	second := false
 	for _, line := range strings.Split(buf.String(), "\n") {
-		if strings.Contains(line, "backoff time=50ms") {
+		if strings.Contains(line, `"backoff time"=50ms`) {
 			second = strings.Contains(line, "suppressed=49")
 		}
 	}
@@ -108,7 +108,7 @@ func TestHCLoggerLimitsPeerErrors(t *testing.T) {
 	if n := count("failed to contact"); n != 2 {
 		t.Errorf("%d contact warnings, want 2", n)
 	}
-	if n := count("raft.sub: failed to heartbeat to"); n != 2 {
+	if n := count(`msg="failed to heartbeat to" component=raft.sub`); n != 2 {
 		t.Errorf("%d heartbeat errors from the derived logger, want 2", n)
 	}
 	if n := count("entering follower state"); n != 100 {

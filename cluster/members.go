@@ -274,6 +274,7 @@ func (n *Node) reconcileOnce(ctx context.Context, tracker *membership.Tracker) e
 	}
 	for _, a := range actions {
 		n.log.Info("cluster: reconcile", "action", a.Kind.String(), "server", a.ID, "addr", a.Addr, "reason", a.Reason)
+		n.reconcileActions.add(a.Kind.String())
 	}
 	// Record every graceful departure before the removal: a later leader
 	// then has the record whenever it has the removal (doc.go, "Departed

@@ -84,6 +84,10 @@ type Node struct {
 	leaderChange notifier
 	// reads batches linearizable reads' leadership confirmation rounds.
 	reads readBarrier
+	// leaders records the leader changes this node sees (observe.go).
+	leaders leaderWatch
+	// reconcileActions counts the reconcile loop's actions by kind.
+	reconcileActions kindCounter
 
 	// members caches the gossip view by ID, refreshed on every membership
 	// change by watchMembers.
@@ -277,23 +281,27 @@ func (n *Node) Start() (err error) {
 	n.applier = &membership.Applier{Raft: n.raft, Timeout: c.ApplyTimeout}
 
 	// gRPC.
-	n.grpc = grpc.NewServer(append(n.serverLimitOptions(),
+	serverOpts := append(n.serverLimitOptions(),
 		// Serve requests on a pool of goroutines whose stacks have grown
 		// already (gRPC falls back to a new goroutine when every worker is
 		// busy): a new goroutine per request spent ~12% of a leader's CPU
 		// growing its stack (runtime.newstack/copystack) under 64 clients
 		// of linearizable gets.
 		grpc.NumStreamWorkers(grpcStreamWorkers),
-	)...)
+	)
+	n.grpc = grpc.NewServer(append(serverOpts, c.GRPCServerOptions...)...)
 	cairnpb.RegisterKVServer(n.grpc, &kvService{n: n})
 	cairnpb.RegisterClusterServer(n.grpc, &clusterService{n: n})
 	cairnpb.RegisterReadIndexServer(n.grpc, &readIndexService{n: n})
 	n.health = health.NewServer()
-	healthpb.RegisterHealthServer(n.grpc, n.health)
+	hs := &healthService{Server: n.health, n: n}
+	healthpb.RegisterHealthServer(n.grpc, hs)
 	reflection.Register(n.grpc)
-	for _, svc := range []string{"", cairnpb.KV_ServiceDesc.ServiceName, cairnpb.Cluster_ServiceDesc.ServiceName} {
+	for _, svc := range []string{cairnpb.KV_ServiceDesc.ServiceName, cairnpb.Cluster_ServiceDesc.ServiceName} {
 		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
+	// The overall status is readiness, which healthLoop keeps current.
+	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	lis := n.lis
 	n.wg.Add(1)
 	go func() {
@@ -304,9 +312,11 @@ func (n *Node) Start() (err error) {
 	}()
 
 	// Background loops.
-	n.wg.Add(2)
+	n.wg.Add(4)
 	go n.watchMembers()
 	go n.leadershipLoop()
+	go n.watchLeaders()
+	go n.healthLoop(hs)
 	if ownSnaps != nil {
 		n.snapStore = ownSnaps
 		n.wg.Add(1)

@@ -74,5 +74,8 @@ func layeringViolation(pkg, imp string) string {
 			return "data flows client → api → cluster → fsm → lsm, never back"
 		}
 	}
+	if imp == mod+"monitor" && !strings.HasPrefix(pkg, "cmd/") {
+		return "monitor reads a running node from outside: only the commands wire it in"
+	}
 	return ""
 }

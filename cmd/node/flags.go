@@ -33,7 +33,9 @@ type options struct {
 	nonVoter                                bool
 	unsafeLocalReads                        bool
 	maxValueSize, memtableSize, cacheSize   sizeFlag
-	logLevel                                string
+	logLevel, logFormat                     string
+	metricsAddr                             string
+	pprof                                   bool
 	configFile                              string
 	raftStorage                             raftStorageFlags
 	security                                securityFlags
@@ -68,6 +70,9 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.Var(&o.cacheSize, "cache-size", "engine block cache size, e.g. 1GiB")
 	o.policy.register(fs)
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text (logfmt) or json; raft's and memberlist's logs go to the same stream, every line with the node ID")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "HTTP address of the status page (/), Prometheus metrics (/metrics), /healthz and /readyz; empty disables it. The default is best effort: if its port is taken (a second node on the host) the node logs a warning and serves none; an address given explicitly must be free")
+	fs.BoolVar(&o.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the metrics address")
 	fs.StringVar(&o.configFile, "config", "", "JSON file of flag values (keys are flag names; command-line flags win)")
 	o.raftStorage.register(fs)
 	o.security.register(fs)
@@ -190,7 +195,19 @@ func (o *options) clusterConfig(stderr io.Writer) (cluster.Config, error) {
 		}
 		gossipKey = k
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var handler slog.Handler
+	switch o.logFormat {
+	case "text":
+		handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
+	case "json":
+		handler = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
+	default:
+		return cluster.Config{}, fmt.Errorf("log format %q: use text or json", o.logFormat)
+	}
+	if o.pprof && o.metricsAddr == "" {
+		return cluster.Config{}, fmt.Errorf("--pprof needs a --metrics-addr to serve on")
+	}
+	logger := slog.New(handler)
 	if err := o.raftStorage.check(); err != nil {
 		return cluster.Config{}, err
 	}

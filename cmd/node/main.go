@@ -13,8 +13,11 @@
 //	cairn-node --id n3 --data-dir d3 --grpc-addr 127.0.0.1:7399 --raft-addr 127.0.0.1:7400 --gossip-addr 127.0.0.1:7401 --bootstrap-expect 3 --join 127.0.0.1:7381
 //
 // A node started with --join and without --bootstrap-expect joins an
-// existing cluster (the leader adds it). `cairn-node health` checks a
-// node's gRPC health service, for container health checks.
+// existing cluster (the leader adds it). Each node serves its status page,
+// Prometheus metrics, /healthz and /readyz on --metrics-addr (default
+// 127.0.0.1:9379, package monitor; give each node on one host its own).
+// `cairn-node health` checks a node's gRPC health service, SERVING once the
+// node is ready, for container health checks.
 // `cairn-node restore --from BACKUP --data-dir DIR --id ID` seeds a data
 // directory from a backup, for the first node of a new cluster (README,
 // "Restore a cluster from a backup").
@@ -90,18 +93,41 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return &exitError{2, err}
 	}
+	metrics, err := opts.listenMetrics(&cfg)
+	if err != nil {
+		return err
+	}
 	node, err := cluster.New(cfg, nil)
 	if err != nil {
+		if metrics != nil {
+			metrics.close(context.Background())
+		}
 		return &exitError{2, err}
 	}
 	if err := node.Start(); err != nil {
+		if metrics != nil {
+			metrics.close(context.Background())
+		}
 		return err
 	}
-	fmt.Fprintf(stdout, "cairn-node %s: serving gRPC on %s (raft %s, gossip %s, data %s)\n",
-		cfg.ID, node.GRPCAddr(), node.RaftAddr(), node.GossipAddr(), cfg.DataDir)
+	metricsNote := ""
+	if metrics != nil {
+		if err := metrics.serve(node, cfg.Logger); err != nil {
+			metrics.close(context.Background())
+			node.Shutdown(context.Background())
+			return err
+		}
+		metricsNote = ", metrics http://" + metrics.addr() + "/"
+	}
+	fmt.Fprintf(stdout, "cairn-node %s: serving gRPC on %s (raft %s, gossip %s, data %s%s)\n",
+		cfg.ID, node.GRPCAddr(), node.RaftAddr(), node.GossipAddr(), cfg.DataDir, metricsNote)
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "cairn-node: shutting down (signal again to stop at once)")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return node.Shutdown(sctx)
+	err = node.Shutdown(sctx)
+	if metrics != nil {
+		metrics.close(sctx)
+	}
+	return err
 }

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -40,11 +43,12 @@ func TestServeHealthAndShutdown(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{
-			"--id", "t1", "--data-dir", filepath.Join(dir, "data"), "--log-level", "error",
+			"--id", "t1", "--data-dir", filepath.Join(dir, "data"), "--log-format", "json",
 			"--grpc-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0",
+			"--metrics-addr", "127.0.0.1:0",
 		}, &stdout, &stderr)
 	}()
-	line := regexp.MustCompile(`^cairn-node t1: serving gRPC on (127\.0\.0\.1:\d+) \(raft 127\.0\.0\.1:\d+, gossip 127\.0\.0\.1:\d+, data .*\)\n$`)
+	line := regexp.MustCompile(`^cairn-node t1: serving gRPC on (127\.0\.0\.1:\d+) \(raft 127\.0\.0\.1:\d+, gossip 127\.0\.0\.1:\d+, data .*, metrics (http://127\.0\.0\.1:\d+/)\)\n$`)
 	deadline := time.Now().Add(10 * time.Second)
 	var m []string
 	for m == nil {
@@ -58,9 +62,30 @@ func TestServeHealthAndShutdown(t *testing.T) {
 		}
 		m = line.FindStringSubmatch(stdout.String())
 	}
+	// Healthy once the node elected itself and applied its log.
 	var hout, herr bytes.Buffer
-	if code := run(context.Background(), []string{"health", "--grpc-addr", m[1]}, &hout, &herr); code != 0 {
-		t.Fatalf("health exit %d: %s", code, herr.String())
+	for code := -1; code != 0; {
+		hout.Reset()
+		herr.Reset()
+		if code = run(context.Background(), []string{"health", "--grpc-addr", m[1]}, &hout, &herr); code != 0 && time.Now().After(deadline) {
+			t.Fatalf("health exit %d: %s", code, herr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The metrics address serves readiness and metrics.
+	for _, c := range []struct{ path, want string }{
+		{"readyz", "ready: "},
+		{"metrics", "cairn_raft_state{state=\"leader\"} 1"},
+	} {
+		resp, err := http.Get(m[2] + c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), c.want) {
+			t.Errorf("GET /%s: %d, want %q in:\n%.500s", c.path, resp.StatusCode, c.want, b)
+		}
 	}
 	cancel()
 	select {
@@ -76,6 +101,30 @@ func TestServeHealthAndShutdown(t *testing.T) {
 	herr.Reset()
 	if code := run(context.Background(), []string{"health", "--grpc-addr", m[1], "--timeout", "300ms"}, &hout, &herr); code != 1 {
 		t.Fatalf("health of a stopped node: exit %d", code)
+	}
+	// --log-format json: one JSON object per line, raft's included, each
+	// with the node ID; raft's arguments are attributes.
+	raftLines := 0
+	for _, l := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		if strings.HasPrefix(l, "cairn-node: ") {
+			continue // the process's own messages to the operator
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %q", l)
+		}
+		if rec["node"] != "t1" {
+			t.Errorf("log line without node=t1: %q", l)
+		}
+		if rec["component"] == "raft" {
+			raftLines++
+			if rec["msg"] == "election won" && rec["term"] == nil {
+				t.Errorf("raft's arguments are not attributes: %q", l)
+			}
+		}
+	}
+	if raftLines == 0 {
+		t.Errorf("no raft lines in the log:\n%s", stderr.String())
 	}
 }
 
@@ -99,6 +148,9 @@ func TestErrorsAreOneLine(t *testing.T) {
 		{"bad config key", []string{"--config", badConfig}, 2, `unknown key "no-such-flag"`},
 		{"missing config", []string{"--config", filepath.Join(dir, "nope.json")}, 2, "config file"},
 		{"bad log level", []string{"--log-level", "loud"}, 2, "log level"},
+		{"bad log format", []string{"--log-format", "xml"}, 2, `log format "xml": use text or json`},
+		{"pprof without metrics", []string{"--pprof", "--metrics-addr", ""}, 2, "--pprof needs a --metrics-addr"},
+		{"metrics port in use", []string{"--id", "t", "--data-dir", filepath.Join(dir, "d4"), "--grpc-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--metrics-addr", l.Addr().String()}, 1, "metrics address " + l.Addr().String()},
 		{"bad gossip key", []string{"--gossip-key", "c2hvcnQ="}, 2, "--gossip-key"},
 		{"bad store", []string{"--raft-log-store", "x", "--data-dir", filepath.Join(dir, "d0")}, 2, "raft log store"},
 		{"port in use", []string{"--id", "t", "--data-dir", filepath.Join(dir, "d1"), "--grpc-addr", l.Addr().String()}, 1, "address already in use"},

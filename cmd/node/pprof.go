@@ -10,7 +10,9 @@ import (
 // With CAIRN_PPROF_ADDR=host:port in its environment, cairn-node serves
 // net/http/pprof there (for the cluster benchmark's profiles: make
 // bench-cluster CLUSTER_ARGS=--profile). Off by default; the mutex and block
-// profiles are sampled only while it is on.
+// profiles are sampled only while it is on. Operators use --pprof instead,
+// which serves the same handlers on the metrics address without turning on
+// the mutex and block profiles (they cost every contended lock).
 func init() {
 	addr := os.Getenv("CAIRN_PPROF_ADDR")
 	if addr == "" {

@@ -1,0 +1,175 @@
+package cluster
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairnkv/cairn/api/cairnpb"
+	"github.com/cairnkv/cairn/lsm"
+	"github.com/hashicorp/raft"
+)
+
+// What an operator's tools read from a node: the engine's metrics, the
+// leader changes this node saw, the members, and every member's Status.
+// The monitor package turns them into Prometheus metrics and the status
+// page; nothing here keeps counters of its own that the engine or raft
+// already keep.
+
+// maxLeaderChanges is how many leader changes LeaderChanges remembers.
+const maxLeaderChanges = 32
+
+// LeaderChange is one change of leader as this node saw it.
+type LeaderChange struct {
+	Time time.Time
+	// LeaderID is the new leader; empty when the node lost track of the
+	// leader (an election is under way, or it is cut off).
+	LeaderID string
+	// Term is this node's raft term when it saw the change.
+	Term uint64
+}
+
+// leaderWatch follows raft's leader observations.
+type leaderWatch struct {
+	// changes counts observations of a (new) leader since Start.
+	changes atomic.Uint64
+	mu      struct {
+		sync.Mutex
+		recent []LeaderChange // oldest first, at most maxLeaderChanges
+	}
+}
+
+// watchLeaders records raft's leader observations until the node stops.
+// Started by Start once raft exists.
+func (n *Node) watchLeaders() {
+	defer n.wg.Done()
+	ch := make(chan raft.Observation, 16)
+	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	n.raft.RegisterObserver(obs)
+	defer n.raft.DeregisterObserver(obs)
+	// A leader that made contact before the observer was registered
+	// (a restarted follower hears from it within milliseconds).
+	if _, id := n.raft.LeaderWithID(); id != "" {
+		n.leaders.record(LeaderChange{Time: time.Now(), LeaderID: string(id), Term: n.raft.CurrentTerm()})
+	}
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case o := <-ch:
+			lo := o.Data.(raft.LeaderObservation)
+			n.leaders.record(LeaderChange{Time: time.Now(), LeaderID: string(lo.LeaderID), Term: n.raft.CurrentTerm()})
+		}
+	}
+}
+
+// record notes c, unless it repeats the last change (the same leader in
+// the same term, seen both by watchLeaders' first look and by raft).
+func (w *leaderWatch) record(c LeaderChange) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if k := len(w.mu.recent); k > 0 && w.mu.recent[k-1].LeaderID == c.LeaderID && w.mu.recent[k-1].Term == c.Term {
+		return
+	}
+	if c.LeaderID != "" {
+		w.changes.Add(1)
+	}
+	if len(w.mu.recent) == maxLeaderChanges {
+		w.mu.recent = slices.Delete(w.mu.recent, 0, 1)
+	}
+	w.mu.recent = append(w.mu.recent, c)
+}
+
+// LeaderChanges returns how many times this node saw a leader elected
+// since it started (each new leader or new term of a leader counts), and
+// the most recent changes, newest first (losing the leader included).
+func (n *Node) LeaderChanges() (total uint64, recent []LeaderChange) {
+	w := &n.leaders
+	w.mu.Lock()
+	recent = slices.Clone(w.mu.recent)
+	w.mu.Unlock()
+	slices.Reverse(recent)
+	return w.changes.Load(), recent
+}
+
+// EngineMetrics returns the storage engine's metrics (read when called).
+func (n *Node) EngineMetrics() (*lsm.Metrics, error) {
+	if n.fsm == nil {
+		return nil, ErrNotStarted
+	}
+	return n.fsm.Metrics()
+}
+
+// Members returns the cluster's members as the Cluster.Members RPC does:
+// the raft configuration joined with this node's gossip view.
+func (n *Node) Members(ctx context.Context) (*cairnpb.MembersResponse, error) {
+	if n.raft == nil {
+		return nil, ErrNotStarted
+	}
+	return (&clusterService{n: n}).Members(ctx, nil)
+}
+
+// MemberStatus is one member's Status as this node could get it.
+type MemberStatus struct {
+	Member *cairnpb.Member
+	// Status is the member's answer to Cluster.Status; nil if Err.
+	Status *cairnpb.StatusResponse
+	Err    error
+}
+
+// MemberStatuses asks every member for its Status (this node answers
+// locally, the others over gRPC, all at once, each bounded by ctx), in the
+// order of Members.
+func (n *Node) MemberStatuses(ctx context.Context) ([]MemberStatus, error) {
+	mr, err := n.Members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]MemberStatus, len(mr.GetMembers()))
+	var wg sync.WaitGroup
+	for i, m := range mr.GetMembers() {
+		out[i].Member = m
+		if m.GetId() == n.cfg.ID {
+			out[i].Status = n.Status()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i].Status, out[i].Err = n.peerStatus(ctx, m.GetGrpcAddr())
+		}()
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// kindCounter counts events by kind.
+type kindCounter struct {
+	mu     sync.Mutex
+	counts map[string]uint64 // REQUIRES: mu
+}
+
+func (k *kindCounter) add(kind string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.counts == nil {
+		k.counts = make(map[string]uint64)
+	}
+	k.counts[kind]++
+}
+
+// ReconcileActions returns how many configuration changes of each kind
+// (membership.ActionKind's names: add-nonvoter, promote-voter, ...) this
+// node's reconcile loop decided on while it led, since it started.
+func (n *Node) ReconcileActions() map[string]uint64 {
+	k := &n.reconcileActions
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.counts)
+}

@@ -1,0 +1,20 @@
+// Package monitor serves a cairn node's operational HTTP endpoints on its
+// metrics address (cairn-node --metrics-addr): Prometheus metrics at
+// /metrics, liveness at /healthz, readiness at /readyz, a status page at /
+// and, behind a flag, net/http/pprof.
+//
+// Metrics come from where they are kept, read at scrape time: the engine's
+// lsm.Metrics (cairn_engine_*), the node's raft Status, leader changes and
+// membership view (cairn_raft_*, cairn_members), the gRPC server's
+// interceptors (cairn_grpc_server_*), and hashicorp/raft's and memberlist's
+// go-metrics, bridged through go-metrics' Prometheus sink (gometrics.go).
+// Names follow Prometheus conventions: a cairn_ prefix, base units
+// (seconds, bytes) and _total for counters; the bridged go-metrics keep
+// their own names and milliseconds. README.md, "Operating", lists the key
+// ones and what they mean.
+//
+// The status page renders what the serving node can see: every member's
+// Cluster.Status (raft state, indexes, engine shape, cache hit ratio), the
+// leader, and the leader changes the node saw. It is html/template, no
+// JavaScript, and reloads itself every few seconds.
+package monitor

@@ -1,0 +1,348 @@
+package monitor
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairnkv/cairn/api/cairnpb"
+	"github.com/cairnkv/cairn/cluster"
+	"github.com/cairnkv/cairn/cluster/membership"
+	"github.com/hashicorp/memberlist"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+var verbose = flag.Bool("cluster.log", false, "log the test nodes' output")
+
+// The tests share one 3-node cluster, each node with a monitor served by
+// an httptest server, started on first use and stopped by TestMain.
+var shared struct {
+	once  sync.Once
+	dir   string
+	nodes []*cluster.Node
+	srvs  []*httptest.Server
+	err   error
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	stopShared()
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/hashicorp/raft.(*deferError).Error")); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func nodeConfig(dir, id string) cluster.Config {
+	logger := slog.New(slog.DiscardHandler)
+	if *verbose {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return cluster.Config{
+		ID: id, DataDir: filepath.Join(dir, id),
+		GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
+		BootstrapExpect:  3,
+		HeartbeatTimeout: time.Second, ElectionTimeout: time.Second,
+		LeaderLeaseTimeout: 500 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
+		RequestTimeout: 5 * time.Second, LeaderWaitTimeout: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
+		ReconcileInterval: 100 * time.Millisecond,
+		Policy: membership.Policy{FailedGracePeriod: time.Minute, MinQuorum: 3, CatchUpThreshold: 256,
+			StabilizationTime: 200 * time.Millisecond, MaxVoters: 5, MaxLastContact: 2 * time.Second},
+		GossipProfile: membership.ProfileLocal,
+		GossipTune: func(c *memberlist.Config) {
+			c.ProbeInterval, c.ProbeTimeout, c.GossipInterval, c.SuspicionMult = 200*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond, 2
+		},
+		Logger: logger,
+	}
+}
+
+// testCluster returns the shared cluster's nodes and their monitors' URLs,
+// starting it if needed, once every node is ready.
+func testCluster(t *testing.T) ([]*cluster.Node, []string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	shared.once.Do(func() { shared.err = startShared() })
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	var urls []string
+	for _, s := range shared.srvs {
+		urls = append(urls, s.URL)
+	}
+	return shared.nodes, urls
+}
+
+func startShared() error {
+	var err error
+	if shared.dir, err = os.MkdirTemp("", "cairn-monitor-test"); err != nil {
+		return err
+	}
+	var seed string
+	for i := 1; i <= 3; i++ {
+		cfg := nodeConfig(shared.dir, fmt.Sprintf("n%d", i))
+		if seed != "" {
+			cfg.Join = []string{seed}
+		}
+		mon, err := New(Options{Logger: cfg.Logger})
+		if err != nil {
+			return err
+		}
+		cfg.GRPCServerOptions = mon.GRPCServerOptions()
+		n, err := cluster.New(cfg, nil)
+		if err != nil {
+			return err
+		}
+		if err := n.Start(); err != nil {
+			return err
+		}
+		shared.nodes = append(shared.nodes, n)
+		if seed == "" {
+			seed = n.GossipAddr()
+		}
+		h, err := mon.Handler(n)
+		if err != nil {
+			return err
+		}
+		shared.srvs = append(shared.srvs, httptest.NewServer(h))
+	}
+	// Ready means a leader, known to all, and every node caught up.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range shared.nodes {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			r := n.Readiness(ctx)
+			cancel()
+			if r.Ready {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s not ready after 30s: %s", n.ID(), r.Reason)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func stopShared() {
+	for _, s := range shared.srvs {
+		s.Close()
+	}
+	var wg sync.WaitGroup
+	for _, n := range shared.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			n.Shutdown(ctx)
+		}()
+	}
+	wg.Wait()
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
+}
+
+func leaderIndex(t *testing.T, nodes []*cluster.Node) int {
+	t.Helper()
+	for i, n := range nodes {
+		if n.IsLeader() {
+			return i
+		}
+	}
+	t.Fatal("no leader")
+	return -1
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// scrape returns the samples of a /metrics page by series (name and
+// labels as printed).
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	code, body := httpGet(t, url+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", code, body)
+	}
+	samples := map[string]float64{}
+	for _, line := range strings.Split(body, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("bad sample line %q", line)
+		}
+		samples[line[:i]] = v
+	}
+	return samples
+}
+
+// metricNames returns the metric names among the series.
+func metricNames(samples map[string]float64) map[string]bool {
+	names := map[string]bool{}
+	for s := range samples {
+		name, _, _ := strings.Cut(s, "{")
+		names[name] = true
+	}
+	return names
+}
+
+// sum adds the samples of series whose name is name and whose labels
+// include every one of labels (`k="v"`).
+func sum(samples map[string]float64, name string, labels ...string) float64 {
+	total := 0.0
+	for s, v := range samples {
+		n, rest, _ := strings.Cut(s, "{")
+		if n != name {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(rest, l)
+		}
+		if ok {
+			total += v
+		}
+	}
+	return total
+}
+
+func TestMetricsScrape(t *testing.T) {
+	nodes, urls := testCluster(t)
+	li := leaderIndex(t, nodes)
+	before := scrape(t, urls[li])
+	for _, name := range []string{
+		// engine (lsm.Metrics)
+		"cairn_engine_level_files", "cairn_engine_level_size_bytes", "cairn_engine_level_score",
+		"cairn_engine_compaction_read_bytes_total", "cairn_engine_compaction_written_bytes_total",
+		"cairn_engine_write_amplification_ratio", "cairn_engine_write_stalls_total", "cairn_engine_write_stall_seconds_total",
+		"cairn_engine_memtable_bytes", "cairn_engine_cache_capacity_bytes", "cairn_engine_cache_hits_total",
+		"cairn_engine_cache_misses_total", "cairn_engine_bloom_filter_checked_total", "cairn_engine_bloom_filter_useful_total",
+		"cairn_engine_wal_syncs_total", "cairn_engine_wal_written_bytes_total", "cairn_engine_blob_bytes",
+		"cairn_engine_blob_gc_read_bytes_total", "cairn_engine_writes_total", "cairn_engine_background_error",
+		// raft, from Status and the leader observer
+		"cairn_raft_state", "cairn_raft_term", "cairn_raft_commit_index", "cairn_raft_applied_index",
+		"cairn_raft_last_leader_contact_seconds", "cairn_raft_leader_changes_total", "cairn_raft_has_leader",
+		"cairn_node_ready", "cairn_members", "cairn_raft_servers",
+		// raft's go-metrics, bridged
+		"cairn_raft_commitTime", "cairn_raft_fsm_applyBatchNum",
+		// gRPC server interceptors
+		"cairn_grpc_server_handled_total", "cairn_grpc_server_handling_seconds_bucket",
+		// runtime and process
+		"go_goroutines", "process_resident_memory_bytes",
+	} {
+		if !metricNames(before)[name] {
+			t.Errorf("missing metric %s", name)
+		}
+	}
+	if v := before[`cairn_raft_state{state="leader"}`]; v != 1 {
+		t.Errorf(`cairn_raft_state{state="leader"} = %v on the leader`, v)
+	}
+	if v := sum(before, "cairn_members", `status="alive"`, `suffrage="voter"`); v != 3 {
+		t.Errorf("alive voters = %v, want 3", v)
+	}
+	if v := before["cairn_raft_leader_changes_total"]; v < 1 {
+		t.Errorf("leader changes = %v, want at least the first election", v)
+	}
+
+	// Writes through a follower move the leader's engine and raft
+	// figures, and both nodes' gRPC counters.
+	fi := (li + 1) % len(nodes)
+	conn, err := grpc.NewClient(nodes[fi].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	kv := cairnpb.NewKVClient(conn)
+	const puts = 20
+	for i := range puts {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := kv.Put(ctx, &cairnpb.PutRequest{Key: fmt.Appendf(nil, "metrics-%d", i), Value: []byte("v")})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := scrape(t, urls[li])
+	for _, c := range []struct {
+		series string
+		min    float64
+	}{
+		{"cairn_engine_writes_total", puts},
+		{"cairn_engine_ingested_bytes_total", 1},
+		{"cairn_raft_applied_index", puts},
+		{"cairn_raft_commit_index", puts},
+	} {
+		if got := after[c.series] - before[c.series]; got < c.min {
+			t.Errorf("%s rose by %v after %d puts, want at least %v", c.series, got, puts, c.min)
+		}
+	}
+	fAfter := scrape(t, urls[fi])
+	if got := sum(fAfter, "cairn_grpc_server_handled_total", `grpc_method="Put"`, `grpc_code="OK"`); got < puts {
+		t.Errorf("follower's handled Put = %v, want at least %d", got, puts)
+	}
+	if got := sum(fAfter, "cairn_grpc_server_handling_seconds_count", `grpc_method="Put"`); got < puts {
+		t.Errorf("follower's Put latency count = %v, want at least %d", got, puts)
+	}
+
+	// Health endpoints: every node is live and ready.
+	for i, u := range urls {
+		if code, body := httpGet(t, u+"/healthz"); code != http.StatusOK {
+			t.Errorf("%s /healthz: %d %s", nodes[i].ID(), code, body)
+		}
+		if code, body := httpGet(t, u+"/readyz"); code != http.StatusOK || !strings.HasPrefix(body, "ready") {
+			t.Errorf("%s /readyz: %d %s", nodes[i].ID(), code, body)
+		}
+	}
+	// pprof is off unless asked for.
+	if code, _ := httpGet(t, urls[li]+"/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ without Pprof: %d, want 404", code)
+	}
+	mon, err := New(Options{Pprof: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := mon.Handler(nodes[li])
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	if code, body := httpGet(t, srv.URL+"/debug/pprof/goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "goroutine profile") {
+		t.Errorf("/debug/pprof/goroutine with Pprof: %d %.200s", code, body)
+	}
+}

@@ -1,0 +1,189 @@
+package monitor
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/cairnkv/cairn/api/cairnpb"
+)
+
+// statusTimeout bounds the status page's questions to the members.
+const statusTimeout = 2 * time.Second
+
+// refreshSeconds is how often the page reloads itself.
+const refreshSeconds = 5
+
+//go:embed status.html
+var statusHTML string
+
+var statusTemplate = template.Must(template.New("status").Parse(statusHTML))
+
+// statusPage renders the cluster as the node serving it sees it: every
+// member's raft state and engine shape (asked over Cluster.Status), the
+// leader, and the leader changes this node saw. Server-rendered; the page
+// refreshes itself with a meta tag, so it needs no JavaScript.
+type statusPage struct {
+	node Node
+	log  *slog.Logger
+}
+
+// pageData is what status.html renders.
+type pageData struct {
+	Self, Leader   string
+	Now            string
+	RefreshSeconds int
+	Err            string
+	Members        []memberRow
+	LeaderChanges  int
+	Recent         []changeRow
+}
+
+type memberRow struct {
+	ID, Suffrage, Gossip, State string
+	IsLeader, IsSelf            bool
+	Term, Commit, Applied       uint64
+	LastContact                 string
+	CacheHitRatio               string
+	WriteAmp                    string
+	Err                         string
+	Levels                      []levelRow
+}
+
+type levelRow struct {
+	Name  string
+	Files uint64
+	Size  string
+	// Percent is the bar's width: the level's bytes relative to the
+	// largest level of any member.
+	Percent float64
+}
+
+type changeRow struct {
+	Time, Leader string
+	Term         uint64
+}
+
+func (p *statusPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), statusTimeout)
+	defer cancel()
+	d := p.data(ctx)
+	var buf bytes.Buffer
+	if err := statusTemplate.Execute(&buf, d); err != nil {
+		p.log.Warn("monitor: rendering the status page", "err", err)
+		http.Error(w, "rendering the status page failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Write(buf.Bytes())
+}
+
+func (p *statusPage) data(ctx context.Context) *pageData {
+	d := &pageData{Self: p.node.ID(), Now: time.Now().UTC().Format(time.RFC3339), RefreshSeconds: refreshSeconds}
+	if st := p.node.Status(); st != nil {
+		d.Leader = st.GetLeaderId()
+	}
+	total, recent := p.node.LeaderChanges()
+	d.LeaderChanges = int(total)
+	for _, c := range recent {
+		leader := c.LeaderID
+		if leader == "" {
+			leader = "(none)"
+		}
+		d.Recent = append(d.Recent, changeRow{Time: c.Time.UTC().Format("15:04:05.000"), Leader: leader, Term: c.Term})
+	}
+	statuses, err := p.node.MemberStatuses(ctx)
+	if err != nil {
+		d.Err = err.Error()
+		return d
+	}
+	var maxLevel uint64
+	for _, ms := range statuses {
+		for _, l := range ms.Status.GetEngine().GetLevels() {
+			maxLevel = max(maxLevel, l.GetSizeBytes())
+		}
+	}
+	for _, ms := range statuses {
+		m := ms.Member
+		row := memberRow{
+			ID:       m.GetId(),
+			Suffrage: suffrageName(m),
+			Gossip:   memberStatusName(m.GetStatus()),
+			IsLeader: m.GetLeader(),
+			IsSelf:   m.GetId() == d.Self,
+		}
+		if ms.Err != nil {
+			row.Err = ms.Err.Error()
+			d.Members = append(d.Members, row)
+			continue
+		}
+		st := ms.Status
+		row.State = stateName(st.GetState())
+		row.Term, row.Commit, row.Applied = st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex()
+		switch c := st.GetLastLeaderContactMs(); {
+		case st.GetState() == cairnpb.RaftState_LEADER:
+			row.LastContact = "-"
+		case c < 0:
+			row.LastContact = "never"
+		default:
+			row.LastContact = (time.Duration(c) * time.Millisecond).String()
+		}
+		e := st.GetEngine()
+		row.CacheHitRatio = "-"
+		if t := e.GetBlockCacheHits() + e.GetBlockCacheMisses(); t > 0 {
+			row.CacheHitRatio = fmt.Sprintf("%.1f%%", 100*float64(e.GetBlockCacheHits())/float64(t))
+		}
+		row.WriteAmp = fmt.Sprintf("%.2f", e.GetWriteAmplification())
+		for _, l := range e.GetLevels() {
+			lr := levelRow{Name: fmt.Sprintf("L%d", l.GetLevel()), Files: l.GetNumFiles(), Size: humanBytes(l.GetSizeBytes())}
+			if maxLevel > 0 {
+				lr.Percent = 100 * float64(l.GetSizeBytes()) / float64(maxLevel)
+			}
+			row.Levels = append(row.Levels, lr)
+		}
+		d.Members = append(d.Members, row)
+	}
+	return d
+}
+
+func stateName(s cairnpb.RaftState) string {
+	if s == cairnpb.RaftState_RAFT_STATE_UNSPECIFIED {
+		return "unknown"
+	}
+	return strings.ToLower(s.String())
+}
+
+func memberStatusName(s cairnpb.MemberStatus) string {
+	if s == cairnpb.MemberStatus_MEMBER_STATUS_UNKNOWN {
+		return "unknown"
+	}
+	return strings.ToLower(s.String())
+}
+
+func suffrageName(m *cairnpb.Member) string {
+	switch m.GetSuffrage() {
+	case cairnpb.Suffrage_VOTER:
+		return "voter"
+	case cairnpb.Suffrage_NONVOTER:
+		return "nonvoter"
+	}
+	return "none"
+}
+
+func humanBytes(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
