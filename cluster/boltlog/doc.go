@@ -50,8 +50,9 @@
 //
 // # File format
 //
-// The file is raft-boltdb/v2's, byte for byte, so a data directory moves
-// between the two stores in both directions with nothing to convert:
+// The file's buckets, keys and values are raft-boltdb/v2's, byte for
+// byte, so a data directory moves between the two stores in both
+// directions with nothing to convert:
 //
 //	raft.db (bbolt)
 //	  bucket "logs": key = raft index, 8 bytes big-endian
