@@ -169,7 +169,7 @@ func TestModel(t *testing.T) {
 	next := uint64(1) // above every index written
 	var history []string
 	forgotten := false // a reopen forgot a pending trim: ghosts may stay
-	steps := 3000
+	steps := 2000
 	if testing.Short() {
 		steps = 500
 	}
