@@ -63,4 +63,11 @@
 //	                 (SetUint64: 8 bytes big-endian)
 //
 // The tests check both directions against raft-boltdb itself.
+//
+// # Metrics
+//
+// StoreLogs and GetLog emit raft-boltdb's go-metrics samples under its
+// names (raft.boltdb.storeLogs, getLog, logsPerBatch, logBatchSize,
+// logSize, writeCapacity), so existing dashboards keep working; its
+// periodic bbolt statistics (RunMetrics) are not emitted.
 package boltlog

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 	"go.etcd.io/bbolt"
@@ -186,6 +187,7 @@ func (s *Store) LastIndex() (uint64, error) {
 
 // GetLog reads entry index, or returns raft.ErrLogNotFound.
 func (s *Store) GetLog(index uint64, l *raft.Log) error {
+	defer metrics.MeasureSince([]string{"raft", "boltdb", "getLog"}, time.Now())
 	return s.db.View(func(tx *bbolt.Tx) error {
 		v := tx.Bucket(logsBucket).Get(indexKey(index))
 		if v == nil {
@@ -222,7 +224,11 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		vals[i] = v
 		lowest = min(lowest, l.Index)
 		size += int64(len(v))
+		metrics.AddSample([]string{"raft", "boltdb", "logSize"}, float32(len(v)))
 	}
+	// raft-boltdb's metrics, under its names, for existing dashboards.
+	metrics.AddSample([]string{"raft", "boltdb", "logsPerBatch"}, float32(len(logs)))
+	metrics.AddSample([]string{"raft", "boltdb", "logBatchSize"}, float32(size))
 	w := Write{Kind: Append, Start: time.Now()}
 	s.write.Lock()
 	w.Locked = time.Now()
@@ -249,6 +255,11 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	}
 	s.write.Unlock()
 	w.End = time.Now()
+	if w.Err == nil {
+		d := w.End.Sub(w.Start)
+		metrics.AddSample([]string{"raft", "boltdb", "writeCapacity"}, float32(len(logs))/float32(d.Seconds()))
+		metrics.MeasureSince([]string{"raft", "boltdb", "storeLogs"}, w.Start)
+	}
 	s.observe(w)
 	return w.Err
 }
