@@ -19,7 +19,9 @@
 //   - wal: raft-wal (the default for a new data directory).
 //
 // Raft's own timers (hashicorp/go-metrics, captured with an in-process
-// sink) give "compactLogs" (the DeleteRange after a snapshot),
+// sink) give "compactLogs" (the DeleteRange after a snapshot; for boltdb,
+// whose DeleteRange only records the range, a compaction lasts from that
+// call until the store's first index passed the range),
 // "leader.dispatchLog" (the leader's log append, one group commit) and
 // "rpc.appendEntries.storeLogs" (a follower's append). A put "overlaps" a
 // compaction when the two intervals intersect.
@@ -351,7 +353,7 @@ wait:
 			break wait
 		case <-tick.C:
 		}
-		n := len(sink.trims())
+		n := len(compactionWindows(sink, meters))
 		if n >= *compactions {
 			break
 		}
@@ -371,7 +373,7 @@ wait:
 	if n := retries.Load(); n > 0 {
 		fmt.Fprintf(os.Stderr, "%s: %d puts retried after Unavailable (leader changes)\n", store, n)
 	}
-	r := &result{elapsed: elapsed, valueSize: valueSize, trims: sink.trims()}
+	r := &result{elapsed: elapsed, valueSize: valueSize, trims: compactionWindows(sink, meters)}
 	for _, s := range samples {
 		r.puts = append(r.puts, s...)
 	}
@@ -383,6 +385,21 @@ wait:
 		r.trimCommits += commits
 	}
 	return r, nil
+}
+
+// compactionWindows returns the log compactions so far: raft's
+// compactLogs timer, or for boltlog (whose DeleteRange returns at once)
+// the meters' windows from the DeleteRange until the range was deleted.
+func compactionWindows(sink *sink, meters []*meter) []window {
+	if len(meters) == 0 || !meters[0].observed {
+		return sink.trims()
+	}
+	var ws []window
+	for _, m := range meters {
+		ws = append(ws, m.compactions()...)
+	}
+	slices.SortFunc(ws, func(a, b window) int { return a.start.Compare(b.start) })
+	return ws
 }
 
 // startNodes starts the nodes and waits until the leader serves; closers

@@ -46,6 +46,13 @@ type meter struct {
 		// and immediate deletes on boltlog.
 		trimCommits int
 		trimmed     int // entries boltlog deleted inside appends
+		// boltlog's compactions: from raft's DeleteRange of a prefix
+		// until the store's first index passed its end (raft's own
+		// compactLogs timer sees only the DeleteRange call, which
+		// returns at once).
+		compactions []window
+		open        window // the compaction in progress, if openHi != 0
+		openHi      uint64
 	}
 	observed bool // a boltlog store: commits counted by the observer
 }
@@ -78,8 +85,38 @@ func (m *meter) observe(s *boltlog.Store) {
 				m.mu.deletes = append(m.mu.deletes, window{w.Locked, w.End})
 			}
 			m.mu.Unlock()
+			if w.Kind == boltlog.Trim {
+				m.compactionProgress(0)
+			}
 		}
 	})
+}
+
+// compactionProgress opens a boltlog compaction up to hi (if not 0) and
+// closes the one in progress once the store's first index passed it.
+func (m *meter) compactionProgress(hi uint64) {
+	first, err := m.LogStore.FirstIndex()
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err == nil && m.mu.openHi != 0 && first > m.mu.openHi {
+		m.mu.open.end = now
+		m.mu.compactions = append(m.mu.compactions, m.mu.open)
+		m.mu.openHi = 0
+	}
+	if hi != 0 && err == nil && first <= hi {
+		if m.mu.openHi == 0 {
+			m.mu.open = window{start: now}
+		}
+		m.mu.openHi = max(m.mu.openHi, hi)
+	}
+}
+
+// compactions returns boltlog's completed compactions.
+func (m *meter) compactions() []window {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.mu.compactions)
 }
 
 // IsMonotonic implements raft.MonotonicLogStore for the wrapped store.
@@ -108,7 +145,11 @@ func (m *meter) StoreLogs(logs []*raft.Log) error {
 	m.mu.Lock()
 	m.mu.appends = append(m.mu.appends, a)
 	m.mu.trimmed += a.trimmed
+	open := m.mu.openHi != 0
 	m.mu.Unlock()
+	if open {
+		m.compactionProgress(0)
+	}
 	return err
 }
 
@@ -124,6 +165,9 @@ func (m *meter) DeleteRange(lo, hi uint64) error {
 		m.mu.trimCommits++
 	}
 	m.mu.Unlock()
+	if m.observed && err == nil {
+		m.compactionProgress(hi)
+	}
 	return err
 }
 
@@ -132,6 +176,7 @@ func (m *meter) reset() {
 	m.mu.Lock()
 	m.mu.deletes, m.mu.appends = nil, nil
 	m.mu.trimCommits, m.mu.trimmed = 0, 0
+	m.mu.compactions = nil
 	m.mu.Unlock()
 }
 

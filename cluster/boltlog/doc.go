@@ -27,8 +27,9 @@
 // size, and the pending range drains at least as fast as the log grows).
 // The deletion commits with the append: no fsync is added, and no append
 // waits for another transaction because of log compaction. When no append
-// comes for trimIdle (an idle node, where nobody waits), a background
-// goroutine drains the rest in transactions of the same constant budget.
+// comes for trimIdle (2 s: an idle node, where nobody waits), a background
+// goroutine drains the rest in transactions of the constant budget; an
+// append that arrives during one of those waits for its commit.
 //
 // Deleting from the low end keeps the log one range [FirstIndex, LastIndex]
 // after every commit (raft may leave gaps of its own after installing a

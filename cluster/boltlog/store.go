@@ -34,8 +34,13 @@ const (
 	defaultTrimEntries = 256
 	defaultTrimBytes   = 4 << 20
 	// defaultTrimIdle is how long no append must have run before the
-	// background trimmer takes the write lock.
-	defaultTrimIdle = 100 * time.Millisecond
+	// background trimmer takes the write lock. A node under write load
+	// drains its trims inside the appends; a background trim transaction
+	// is a commit (two fsyncs) that an append arriving meanwhile waits
+	// for, and pauses of 100 ms between appends are common under load (a
+	// bench/logtrim run saw an append wait 97 ms for one with 100 ms
+	// here), so only a node with no append for seconds counts as idle.
+	defaultTrimIdle = 2 * time.Second
 )
 
 // fileMode is raft-boltdb's mode for a new file.
