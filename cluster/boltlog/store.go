@@ -238,10 +238,9 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	s.write.Lock()
 	w.Locked = time.Now()
 	// An entry written inside the pending range stays: only what lies
-	// below it may still be trimmed.
-	if s.write.pendingHi >= lowest {
-		s.write.pendingHi = lowest - 1
-	}
+	// below it may still be trimmed (raft never writes index 0; if it
+	// came, it would cancel the trim rather than wrap around).
+	s.write.pendingHi = min(s.write.pendingHi, max(lowest, 1)-1)
 	var trimmedTo uint64
 	w.Err = s.update(func(b *bbolt.Bucket) error {
 		for i, l := range logs {

@@ -161,3 +161,36 @@ func TestIdleTrimmerDrains(t *testing.T) {
 		t.Fatalf("log [%d, %d] (%v), want [901, 1000]", first, last, err)
 	}
 }
+
+// TestWriteInsidePendingTrim: an entry written at an index inside the
+// pending trim (raft does not, but the store must not lose it) stays;
+// the trim stops below it.
+func TestWriteInsidePendingTrim(t *testing.T) {
+	s := openTest(t, filepath.Join(t.TempDir(), "raft.db"))
+	defer s.Close()
+	s.trimEntries = 4
+	s.trimIdle = time.Millisecond
+	if err := s.StoreLogs(compatLogs(1, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteRange(1, 50); err != nil {
+		t.Fatal(err)
+	}
+	rewrite := entry(30, 99, 10)
+	if err := s.StoreLogs([]*raft.Log{rewrite}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pending trim to drain", func() bool {
+		s.write.Lock()
+		defer s.write.Unlock()
+		return s.write.pendingHi == 0
+	})
+	first, last, err := s.bounds()
+	if err != nil || first != 30 || last != 100 {
+		t.Fatalf("log [%d, %d] (%v), want [30, 100]: the trim stops below the entry written inside it", first, last, err)
+	}
+	var got raft.Log
+	if err := s.GetLog(30, &got); err != nil || !sameLog(&got, rewrite) {
+		t.Fatalf("entry 30: %+v, %v; want the rewrite", got, err)
+	}
+}
