@@ -25,10 +25,11 @@ const (
 
 // Raft log store implementations (Config.RaftLogStore).
 const (
-	// LogStoreBoltDB is github.com/hashicorp/raft-boltdb/v2, opened with
-	// bbolt's NoFreelistSync and map freelist, its log compaction cut into
-	// short transactions (logstore.go). It was the default before raft-wal
-	// and stays the store of data directories created then.
+	// LogStoreBoltDB is a bbolt file in github.com/hashicorp/raft-boltdb/v2's
+	// format (raft/raft.db), read and written by cairn's cluster/boltlog
+	// (bbolt's NoFreelistSync and map freelist), whose log compaction runs
+	// inside the appends' transactions. raft-boltdb was the default before
+	// raft-wal and stays the format of data directories created then.
 	LogStoreBoltDB = "boltdb"
 	// LogStoreWAL is github.com/hashicorp/raft-wal: segment files, faster
 	// than bbolt and without its ageing; log compaction drops whole

@@ -32,23 +32,29 @@
 // hashicorp/raft v1.7.3 with the log and stable store in hashicorp/raft-wal
 // v0.4.0 (the default for a new data directory; built from
 // third_party/raft-wal, which backports upstream's fix for a tail
-// truncation that left a node unable to restart) or raft-boltdb/v2 (bbolt
-// opened with NoFreelistSync and the map freelist; otherwise the freelist
-// is rewritten on every commit and writes slow down as the file ages). A
-// data directory that already holds raft/raft.db keeps raft-boltdb unless
-// Config.RaftLogStore says otherwise, and then Start refuses it: the
-// formats are not converted. Either store is wrapped in
-// raft.NewLogCache(512) so replication does not read back entries just
-// written.
+// truncation that left a node unable to restart) or in raft-boltdb/v2's
+// file format (raft/raft.db), which cairn reads and writes with its own
+// cluster/boltlog (bbolt opened with NoFreelistSync and the map freelist;
+// otherwise the freelist is rewritten on every commit and writes slow down
+// as the file ages). A data directory that already holds raft/raft.db
+// keeps that log unless Config.RaftLogStore says otherwise, and then Start
+// refuses it: the formats are not converted. A raft.db written by
+// raft-boltdb opens with boltlog unchanged and the reverse holds, so
+// upgrading to (or back from) this version needs nothing. Either store is
+// wrapped in raft.NewLogCache(512) so replication does not read back
+// entries just written.
 //
 // Log compaction after a snapshot must not stall appends: raft-boltdb's
 // DeleteRange is one bbolt write transaction over the whole compacted
-// range, and bbolt has one writer, so cairn cuts it into transactions of
-// about 10ms (logstore.go). raft-wal commits a prefix truncation as one
-// small metadata transaction and removes whole segment files, which cairn
-// moves off its write lock (they took a second for 1 GiB of log). raft-wal
-// recovers a torn tail by dropping the last unfinished batch (its commit
-// frame's CRC fails), which was never acknowledged to raft; its
+// range, and bbolt has one writer; even cut into short transactions each
+// is a commit (two fsyncs) an append waits for. boltlog records the
+// compacted prefix as pending and deletes a bounded slice of it inside
+// every append's own transaction (an idle node drains it in the
+// background), so no append waits for a commit of log compaction. raft-wal
+// commits a prefix truncation as one small metadata transaction and
+// removes whole segment files, which cairn moves off its write lock (they
+// took a second for 1 GiB of log). raft-wal recovers a torn tail by
+// dropping the last unfinished batch (its commit frame's CRC fails), which was never acknowledged to raft; its
 // DeleteRange supports only a prefix or a suffix of the log, which is all
 // raft asks for. Its Close leaves its metadata database open, so cairn
 // opens and closes that itself (otherwise an in-process restart waits

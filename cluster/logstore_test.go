@@ -20,8 +20,6 @@ import (
 	"github.com/hashicorp/raft-wal/types"
 )
 
-var unbatched = flag.Bool("unbatched", false, "TestTrimDoesNotBlockAppend: delete with the bare store (it must fail)")
-
 // fillLog appends entries [first, last] of valueSize bytes to s, in
 // batches of 1024.
 func fillLog(t testing.TB, s raft.LogStore, first, last uint64, valueSize int) {
@@ -40,16 +38,6 @@ func fillLog(t testing.TB, s raft.LogStore, first, last uint64, valueSize int) {
 			batch = batch[:0]
 		}
 	}
-}
-
-func openBolt(t testing.TB) (raft.LogStore, *raftboltdb.BoltStore) {
-	t.Helper()
-	ls, _, closer, err := openLogStore(LogStoreBoltDB, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closer.Close() })
-	return ls, closer.(*raftboltdb.BoltStore)
 }
 
 func checkRange(t testing.TB, s raft.LogStore, first, last uint64) {
@@ -75,111 +63,6 @@ func checkRange(t testing.TB, s raft.LogStore, first, last uint64) {
 		if err := s.GetLog(i, &e); err != nil || e.Index != i {
 			t.Fatalf("entry %d: %v (index %d)", i, err, e.Index)
 		}
-	}
-}
-
-// TestTrimBatchingDeleteRange: prefix and suffix deletions through the
-// wrapper leave exactly the entries outside the range, whatever the batch
-// size.
-func TestTrimBatchingDeleteRange(t *testing.T) {
-	for _, maxBatch := range []uint64{1, 7, trimBatchMax} {
-		ls, _ := openBolt(t)
-		w := ls.(*trimBatchingStore)
-		w.min, w.max = 1, maxBatch
-		w.mu.batch = maxBatch
-		fillLog(t, w, 1, 1000, 100)
-		if err := w.DeleteRange(1, 700); err != nil {
-			t.Fatal(err)
-		}
-		checkRange(t, w, 701, 1000)
-		if err := w.DeleteRange(950, 1000); err != nil { // a conflicting tail
-			t.Fatal(err)
-		}
-		checkRange(t, w, 701, 949)
-		if err := w.DeleteRange(800, 700); err != nil { // empty
-			t.Fatal(err)
-		}
-		checkRange(t, w, 701, 949)
-	}
-}
-
-// startedStore signals started when its first DeleteRange begins.
-type startedStore struct {
-	raft.LogStore
-	once    sync.Once
-	started chan struct{}
-}
-
-func (s *startedStore) DeleteRange(lo, hi uint64) error {
-	s.once.Do(func() { close(s.started) })
-	return s.LogStore.DeleteRange(lo, hi)
-}
-
-// appendDuringTrim deletes [1, n-trailing] of a log of n entries through
-// trim (built over the raw store) and, once the deletion has started,
-// appends one entry. It returns how long the append took and the log's
-// first index right after it returned.
-func appendDuringTrim(t *testing.T, raw raft.LogStore, n, trailing uint64,
-	trim func(raft.LogStore) raft.LogStore) (time.Duration, uint64, time.Duration) {
-	t.Helper()
-	fillLog(t, raw, 1, n, 256)
-	ss := &startedStore{LogStore: raw, started: make(chan struct{})}
-	s := trim(ss)
-	done := make(chan error, 1)
-	start := time.Now()
-	go func() { done <- s.DeleteRange(1, n-trailing) }()
-	<-ss.started
-	appendStart := time.Now()
-	if err := s.StoreLogs([]*raft.Log{{Index: n + 1, Term: 1, Type: raft.LogCommand, Data: []byte("x")}}); err != nil {
-		t.Fatal(err)
-	}
-	appendTook := time.Since(appendStart)
-	first, err := s.FirstIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	trimTook := time.Since(start)
-	checkRange(t, s, n-trailing+1, n+1)
-	return appendTook, first, trimTook
-}
-
-// TestTrimDoesNotBlockAppend: while log compaction deletes a large prefix
-// of a raft-boltdb log through the wrapper, an append issued after the
-// deletion started completes before the deletion does (the log's first
-// index is strictly inside the range when it returns) and within a
-// generous bound, and in less than half the deletion's time. On the bare BoltStore the append waits for the whole
-// single-transaction delete and both checks fail (run with
-// -run TestTrimDoesNotBlockAppend -unbatched to see it).
-func TestTrimDoesNotBlockAppend(t *testing.T) {
-	const (
-		n        = 200_000
-		trailing = 100
-		// The bound is generous for a loaded machine: a batch takes about
-		// trimBatchTarget and an append waits for at most one. The bare
-		// store's single transaction takes about 1 s here on an idle
-		// 2-core VM, which the relative bound (half the deletion) catches
-		// on any machine.
-		bound = 2 * time.Second
-	)
-	if testing.Short() {
-		t.Skip("writes a 60 MB raft log")
-	}
-	_, raw := openBolt(t)
-	trim := func(s raft.LogStore) raft.LogStore { return newTrimBatchingStore(s) }
-	if *unbatched {
-		trim = func(s raft.LogStore) raft.LogStore { return s }
-	}
-	appendTook, first, trimTook := appendDuringTrim(t, raw, n, trailing, trim)
-	t.Logf("deleting %d entries took %v; an append during it took %v; first index after the append: %d",
-		n-trailing, trimTook, appendTook, first)
-	if first <= 1 || first > n-trailing {
-		t.Errorf("the append returned with the log starting at %d: it did not interleave with the deletion of [1, %d]", first, n-trailing)
-	}
-	if appendTook > bound || appendTook > trimTook/2 {
-		t.Errorf("an append during log compaction took %v (the whole deletion %v; bound %v)", appendTook, trimTook, bound)
 	}
 }
 
@@ -227,17 +110,26 @@ func TestResolveLogStore(t *testing.T) {
 	}
 }
 
-// TestUpgradeKeepsBoltDB: a data directory created with raft-boltdb (the
-// default before raft-wal) is reopened with the new default and keeps
-// using raft-boltdb: its raft state (term, log, configuration: the single
-// node elects itself without a new bootstrap) and its data survive. An
+// TestUpgradeKeepsBoltDB: a data directory created with raft-boltdb
+// itself (the default before raft-wal; cairn now opens raft/raft.db with
+// its own cluster/boltlog) is reopened with the new default and keeps its
+// raft-boltdb log: its raft state (term, log, configuration: the single
+// node elects itself without a new bootstrap) and its data survive, and
+// raft-boltdb still reads the file afterwards (a node can go back). An
 // explicit raft-wal on it is refused before anything is created.
 func TestUpgradeKeepsBoltDB(t *testing.T) {
 	tc := newTestCluster(t)
 	cfg := testConfig(t, "n1")
 	cfg.BootstrapExpect = 1
-	cfg.RaftLogStore = LogStoreBoltDB
-	n := tc.start(cfg, nil)
+	raftDir := filepath.Join(cfg.DataDir, raftDirName)
+	if err := os.MkdirAll(raftDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rb, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(raftDir, boltFileName)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := tc.start(cfg, &Deps{LogStore: rb, StableStore: rb})
 	tc.waitReady([]*Node{n}, 1)
 	for i := range 50 {
 		put(t, tc.kv(n), fmt.Sprintf("k%02d", i), "v")
@@ -246,7 +138,9 @@ func TestUpgradeKeepsBoltDB(t *testing.T) {
 	if err := n.kill(); err != nil {
 		t.Fatal(err)
 	}
-	raftDir := filepath.Join(cfg.DataDir, raftDirName)
+	if err := rb.Close(); err != nil {
+		t.Fatal(err)
+	}
 
 	cfg = tc.cfgs["n1"]
 	cfg.BootstrapExpect = 0
@@ -278,6 +172,57 @@ func TestUpgradeKeepsBoltDB(t *testing.T) {
 		}
 	}
 	put(t, tc.kv(n), "after", "v")
+	lastIndex = n.raft.LastIndex()
+	if err := n.kill(); err != nil {
+		t.Fatal(err)
+	}
+	rb, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(raftDir, boltFileName)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rb.Close()
+	if got, err := rb.LastIndex(); err != nil || got != lastIndex {
+		t.Fatalf("raft-boltdb reads last index %d (%v) after the upgrade, the node had %d", got, err, lastIndex)
+	}
+	if got, err := rb.GetUint64([]byte("CurrentTerm")); err != nil || got < term {
+		t.Fatalf("raft-boltdb reads term %d (%v) after the upgrade, want at least %d", got, err, term)
+	}
+}
+
+// TestBoltLogCompaction: on a raft-boltdb-format log, raft's log
+// compaction after each snapshot reaches the store through raft's log
+// cache and is carried out by the appends that follow: the log's first
+// index keeps up with the snapshots, and the log stays one range.
+func TestBoltLogCompaction(t *testing.T) {
+	tc := newTestCluster(t)
+	cfg := testConfig(t, "n1")
+	cfg.BootstrapExpect = 1
+	cfg.RaftLogStore = LogStoreBoltDB
+	cfg.SnapshotThreshold = 64
+	cfg.SnapshotInterval = 10 * time.Millisecond
+	cfg.TrailingLogs = 16
+	n := tc.start(cfg, nil)
+	tc.waitReady([]*Node{n}, 1)
+	for i := range 400 {
+		put(t, tc.kv(n), fmt.Sprintf("k%03d", i), "v")
+	}
+	var first uint64
+	waitFor(t, 30*time.Second, "log compaction to delete most of the log", func() bool {
+		put(t, tc.kv(n), "more", "v") // the trim rides on appends
+		var err error
+		first, err = n.logs.FirstIndex()
+		return err == nil && first > 300
+	})
+	last, err := n.logs.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e raft.Log
+	for i := first; i <= last; i++ {
+		if err := n.logs.GetLog(i, &e); err != nil {
+			t.Fatalf("log [%d, %d]: entry %d: %v", first, last, i, err)
+		}
+	}
 }
 
 func raftTerm(t testing.TB, n *Node) uint64 {
@@ -513,133 +458,6 @@ func TestLogStoreChoiceLogged(t *testing.T) {
 	if got := buf.String(); !strings.Contains(got, want) {
 		t.Fatalf("log after a restart does not say %s:\n%s", want, got)
 	}
-}
-
-// fifoLock is a mutex that admits waiters in arrival order (a store's
-// single writer lock, without the scheduling luck of sync.Mutex).
-type fifoLock struct {
-	mu      sync.Mutex
-	held    bool
-	waiters []chan struct{}
-}
-
-func (l *fifoLock) Lock() {
-	l.mu.Lock()
-	if !l.held {
-		l.held = true
-		l.mu.Unlock()
-		return
-	}
-	ch := make(chan struct{})
-	l.waiters = append(l.waiters, ch)
-	l.mu.Unlock()
-	<-ch // ownership handed over by Unlock
-}
-
-func (l *fifoLock) Unlock() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.waiters) == 0 {
-		l.held = false
-		return
-	}
-	ch := l.waiters[0]
-	l.waiters = l.waiters[1:]
-	close(ch)
-}
-
-func (l *fifoLock) queued() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.waiters)
-}
-
-// gatedStore is a log store whose writes take one FIFO lock, as a store's
-// write transactions do, and whose every DeleteRange holds it until the
-// test opens the gate once: the test sees each batch of a trim and decides
-// when it ends.
-type gatedStore struct {
-	raft.LogStore
-	lock    fifoLock
-	started chan [2]uint64 // a DeleteRange holds the lock
-	gate    chan struct{}  // one receive per DeleteRange
-}
-
-func (s *gatedStore) StoreLogs(logs []*raft.Log) error {
-	s.lock.Lock()
-	defer s.lock.Unlock()
-	return s.LogStore.StoreLogs(logs)
-}
-
-func (s *gatedStore) DeleteRange(lo, hi uint64) error {
-	s.lock.Lock()
-	defer s.lock.Unlock()
-	s.started <- [2]uint64{lo, hi}
-	<-s.gate
-	return s.LogStore.DeleteRange(lo, hi)
-}
-
-// TestTrimAppendWaitsOneBatch asserts the bound of the batched trim
-// structurally, without timing: an append issued while a batch of a long
-// trim holds the store's write lock completes as soon as that batch ends,
-// before the trim's next batch starts; the trim then goes on and leaves
-// the log as it should. With the trim in one DeleteRange (-args
-// -unbatched) the append waits for the whole trim and the test fails.
-func TestTrimAppendWaitsOneBatch(t *testing.T) {
-	gs := &gatedStore{LogStore: raft.NewInmemStore(), started: make(chan [2]uint64), gate: make(chan struct{})}
-	fillLog(t, gs, 1, 1000, 10)
-	var s raft.LogStore = &trimBatchingStore{LogStore: gs, target: time.Hour, min: 100, max: 100}
-	s.(*trimBatchingStore).mu.batch = 100
-	if *unbatched {
-		s = gs
-	}
-	trimDone := make(chan error, 1)
-	go func() { trimDone <- s.DeleteRange(1, 900) }()
-	first := <-gs.started
-	appendDone := make(chan error, 1)
-	go func() {
-		appendDone <- s.StoreLogs([]*raft.Log{{Index: 1001, Term: 1, Type: raft.LogCommand, Data: []byte("x")}})
-	}()
-	waitFor(t, 10*time.Second, "the append to wait for the store's lock", func() bool { return gs.lock.queued() == 1 })
-	gs.gate <- struct{}{} // the batch holding the lock ends
-	batches := 1
-	for appended := false; !appended; {
-		select {
-		case err := <-appendDone:
-			if err != nil {
-				t.Fatal(err)
-			}
-			appended = true
-			// Only the first batch ran before the append: no later batch
-			// can start while the gate is closed.
-			if f, err := gs.FirstIndex(); err != nil || f != first[1]+1 || f > 900 {
-				t.Fatalf("the append returned with the log starting at %d (%v): it waited for the delete of [%d, %d], want a batch of a trim still under way",
-					f, err, first[0], first[1])
-			}
-		case b := <-gs.started:
-			t.Fatalf("the append still waits after the delete of [%d, %d] ended: the delete of [%d, %d] started before it",
-				first[0], first[1], b[0], b[1])
-		case err := <-trimDone:
-			t.Fatalf("the whole trim (%d batch) ended before the append issued during its first batch (%v)", batches, err)
-		}
-	}
-	// The rest of the trim, batch by batch.
-	for done := false; !done; {
-		select {
-		case <-gs.started:
-			batches++
-			gs.gate <- struct{}{}
-		case err := <-trimDone:
-			if err != nil {
-				t.Fatal(err)
-			}
-			done = true
-		}
-	}
-	if batches != 9 {
-		t.Errorf("the trim of 900 entries ran in %d deletes, want 9 of 100", batches)
-	}
-	checkRange(t, s, 901, 1001)
 }
 
 // TestWALSuffixTruncationReopens: raft removes a conflicting log suffix

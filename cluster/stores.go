@@ -12,13 +12,13 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cairnkv/cairn/cluster/boltlog"
 	"github.com/cairnkv/cairn/fsm"
 	"github.com/cairnkv/cairn/fsm/fsmpb"
 	"github.com/cairnkv/cairn/fsm/snapstore"
 	"github.com/cairnkv/cairn/lsm/vfs"
 	sockaddr "github.com/hashicorp/go-sockaddr"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"go.etcd.io/bbolt"
@@ -142,11 +142,12 @@ func exists(name string) (bool, error) {
 // openLogStore opens the raft log and stable store of the configured kind
 // in dir, as resolveLogStore decides. The returned closer closes it.
 //
-// raft-boltdb's log is wrapped in a trimBatchingStore, so that log
-// compaction after a snapshot does not hold bbolt's single writer lock for
-// the whole compacted range; raft-wal removes the segment files that
-// compaction frees outside its write lock (asyncDeleteFiler), and its
-// GetLog is fenced at FirstIndex (firstIndexStore). See logstore.go.
+// A raft-boltdb log (raft/raft.db) is opened with cairn's boltlog, which
+// reads and writes raft-boltdb/v2's format and deletes compacted entries
+// inside the appends' own transactions (cluster/boltlog/doc.go); raft-wal
+// removes the segment files that compaction frees outside its write lock
+// (asyncDeleteFiler), and its GetLog is fenced at FirstIndex
+// (firstIndexStore). See logstore.go.
 func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer, error) {
 	return OpenRaftLogStore(kind, dir, nil)
 }
@@ -154,10 +155,10 @@ func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer,
 // OpenRaftLogStore opens the raft log and stable store of the given kind
 // (Config.RaftLogStore) in the raft directory dir as a node does, for
 // tools and benchmarks that pass it back as Deps.LogStore and
-// Deps.StableStore. wrap, if not nil, wraps the bare log store (raft-boltdb
-// or raft-wal) under cairn's own wrappers, so that it sees every call they
-// make, each batch of a batched log trim included; it must keep
-// raft.MonotonicLogStore. The closer closes the stores.
+// Deps.StableStore. wrap, if not nil, wraps the bare log store
+// (*boltlog.Store or raft-wal) under cairn's own wrappers, so that it sees
+// every call they make; it must keep raft.MonotonicLogStore. The closer
+// closes the stores.
 func OpenRaftLogStore(kind, dir string, wrap func(raft.LogStore) raft.LogStore) (raft.LogStore, raft.StableStore, io.Closer, error) {
 	if wrap == nil {
 		wrap = func(s raft.LogStore) raft.LogStore { return s }
@@ -187,25 +188,22 @@ func OpenRaftLogStore(kind, dir string, wrap func(raft.LogStore) raft.LogStore) 
 		return firstIndexStore{wrap(w)}, w, walCloser{w, meta, sf}, nil
 	case LogStoreBoltDB:
 		path := filepath.Join(dir, boltFileName)
-		s, err := raftboltdb.New(raftboltdb.Options{
-			Path: path,
-			BoltOptions: &bbolt.Options{
-				// A second process on the same data directory fails
-				// instead of waiting for the file lock forever.
-				Timeout: time.Second,
-				// Without these bbolt rewrites its whole freelist on
-				// every commit, and writes slow down as the file ages.
-				NoFreelistSync: true,
-				FreelistType:   bbolt.FreelistMapType,
-			},
-		})
+		s, err := boltlog.Open(path, boltlog.Options{Bolt: &bbolt.Options{
+			// A second process on the same data directory fails instead
+			// of waiting for the file lock forever.
+			Timeout: time.Second,
+			// Without these bbolt rewrites its whole freelist on every
+			// commit, and writes slow down as the file ages.
+			NoFreelistSync: true,
+			FreelistType:   bbolt.FreelistMapType,
+		}})
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return nil, nil, nil, fmt.Errorf("cluster: %s is locked: another process uses data directory", path)
 		}
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("cluster: opening raft log %s: %w", path, err)
 		}
-		return newTrimBatchingStore(wrap(s)), s, s, nil
+		return wrap(s), s, s, nil
 	}
 	return nil, nil, nil, fmt.Errorf("%w: raft log store %q", ErrInvalidConfig, kind)
 }

@@ -4,7 +4,7 @@
 // about -log-size bytes, and reports put latencies, the longest log
 // compaction and the longest log append, for each log store:
 //
-//	go run ./bench/logtrim [-stores bolt-unbatched,boltdb,wal] [-nodes 1]
+//	go run ./bench/logtrim [-stores bolt-batched,boltdb,wal] [-nodes 1]
 //	    [-value-size 64KiB] [-log-size 256MiB] [-compactions 3] [-clients 8]
 //
 // Stores:
@@ -12,22 +12,29 @@
 //   - bolt-unbatched: raft-boltdb opened as cluster opened it before log
 //     compaction was batched (NoFreelistSync, map freelist), passed to the
 //     node as Deps: DeleteRange is one bbolt transaction;
-//   - boltdb: cluster's raft-boltdb, whose DeleteRange runs in short
-//     transactions;
+//   - bolt-batched: the same under the batched trim cluster used until
+//     2026-12-02 (batched.go): DeleteRange runs in short transactions;
+//   - boltdb: cluster's raft-boltdb-format log, cluster/boltlog, which
+//     trims inside the appends' transactions;
 //   - wal: raft-wal (the default for a new data directory).
 //
 // Raft's own timers (hashicorp/go-metrics, captured with an in-process
-// sink) give "compactLogs" (the DeleteRange after a snapshot),
+// sink) give "compactLogs" (the DeleteRange after a snapshot; for boltdb,
+// whose DeleteRange only records the range, a compaction lasts from that
+// call until the store's first index passed the range),
 // "leader.dispatchLog" (the leader's log append, one group commit) and
 // "rpc.appendEntries.storeLogs" (a follower's append). A put "overlaps" a
 // compaction when the two intervals intersect.
 //
 // Every node's bare log store is wrapped in a meter (meter.go), under
-// cluster's own wrappers (the batched trim), which measures for each
-// append how long it waited while a DeleteRange (one batch of a batched
-// trim, or bolt-unbatched's whole range) held the store's write lock: the
-// wait attributable to log compaction, which the [ops] goal bounds at
-// 50 ms, separated from disk latency. The second table reports it.
+// the batched trim, which measures for each append how long it waited
+// while a DeleteRange (one batch of a batched trim, or bolt-unbatched's
+// whole range) held the store's write lock: the wait attributable to log
+// compaction, which the [ops] goal bounds at 50 ms, separated from disk
+// latency. For boltdb it is the wait for a background trim transaction
+// plus the time the append's own transaction spent deleting. The second
+// table reports it, with the transactions that only trimmed (each a bbolt
+// commit: two fsyncs) against the appends' own.
 package main
 
 import (
@@ -49,6 +56,7 @@ import (
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/cluster"
+	"github.com/cairnkv/cairn/cluster/boltlog"
 	"github.com/cairnkv/cairn/cluster/membership"
 	metrics "github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/raft"
@@ -61,7 +69,7 @@ import (
 )
 
 var (
-	stores      = flag.String("stores", "bolt-unbatched,boltdb,wal", "log stores to measure, in order")
+	stores      = flag.String("stores", "bolt-batched,boltdb,wal", "log stores to measure, in order (also bolt-unbatched)")
 	numNodes    = flag.Int("nodes", 1, "nodes: 1 or 3")
 	valueSizeF  = flag.String("value-size", "64KiB", "value size")
 	logSizeF    = flag.String("log-size", "256MiB", "log bytes between two snapshots (sets the snapshot threshold)")
@@ -121,9 +129,10 @@ func run() error {
 	fmt.Println()
 	fmt.Println("append wait attributable to log compaction (time an append waited while a DeleteRange held the store's write lock), ms;")
 	fmt.Println(`"during" = appends overlapping a compaction (raft's compactLogs window); a delete is one DeleteRange call (one batch)`)
-	fmt.Printf("%-15s %8s %7s | %9s %8s %8s %8s %6s | %8s %8s %8s\n",
+	fmt.Println(`or boltdb background trim; "trim tx" = transactions that only trimmed (a commit each), "in app" = entries deleted inside appends`)
+	fmt.Printf("%-15s %8s %7s | %9s %8s %8s %8s %6s | %8s %8s %8s | %7s %8s\n",
 		"store", "appends", "during", "wait max", "p99 dur", "p99.9 d", "p99 all", ">50ms",
-		"deletes", "del p99", "del max")
+		"deletes", "del p99", "del max", "trim tx", "in app")
 	for _, r := range results {
 		r.printWait()
 	}
@@ -149,9 +158,27 @@ func (r *result) printWait() {
 	for _, d := range r.deletes {
 		holds = append(holds, d.end.Sub(d.start))
 	}
-	fmt.Printf("%-15s %8d %7d | %9.1f %8.1f %8.1f %8.1f %6d | %8d %8.1f %8.1f\n",
+	trimmed := 0
+	var txTrim, txPlain []time.Duration // boltlog: append transactions with and without trim work
+	for _, a := range r.metered {
+		trimmed += a.trimmed
+		switch {
+		case a.innerStart.IsZero():
+		case a.trimmed > 0:
+			txTrim = append(txTrim, a.txTime)
+		default:
+			txPlain = append(txPlain, a.txTime)
+		}
+	}
+	fmt.Printf("%-15s %8d %7d | %9.1f %8.1f %8.1f %8.1f %6d | %8d %8.1f %8.1f | %7d %8d\n",
 		r.store, len(all), len(during), ms(maxWait), ms(quantile(during, 0.99)), ms(quantile(during, 0.999)),
-		ms(quantile(all, 0.99)), over, len(holds), ms(quantile(holds, 0.99)), ms(quantile(holds, 1)))
+		ms(quantile(all, 0.99)), over, len(holds), ms(quantile(holds, 0.99)), ms(quantile(holds, 1)),
+		r.trimCommits, trimmed)
+	if len(txTrim)+len(txPlain) > 0 {
+		fmt.Printf("%-15s append transactions (lock held, commit included), ms: %d that trimmed: p50 %.1f p99 %.1f max %.1f; %d that did not: p50 %.1f p99 %.1f max %.1f\n",
+			"", len(txTrim), ms(quantile(txTrim, 0.5)), ms(quantile(txTrim, 0.99)), ms(quantile(txTrim, 1)),
+			len(txPlain), ms(quantile(txPlain, 0.5)), ms(quantile(txPlain, 0.99)), ms(quantile(txPlain, 1)))
+	}
 }
 
 // quantile returns the q-quantile of ds (sorting it); 0 if empty.
@@ -165,14 +192,15 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 // result is one store's run.
 type result struct {
-	store     string
-	metered   []appendSample // every node's appends, from the meters
-	deletes   []window       // every node's DeleteRange calls
-	puts      []putSample
-	elapsed   time.Duration
-	valueSize int
-	trims     []window // compactLogs that deleted entries
-	appends   []window // log appends (leader and followers)
+	store       string
+	metered     []appendSample // every node's appends, from the meters
+	deletes     []window       // every node's DeleteRange calls (and boltlog's background trims)
+	trimCommits int            // transactions that only trimmed
+	puts        []putSample
+	elapsed     time.Duration
+	valueSize   int
+	trims       []window // compactLogs that deleted entries
+	appends     []window // log appends (leader and followers)
 }
 
 type putSample struct {
@@ -325,7 +353,7 @@ wait:
 			break wait
 		case <-tick.C:
 		}
-		n := len(sink.trims())
+		n := len(compactionWindows(sink, meters))
 		if n >= *compactions {
 			break
 		}
@@ -345,17 +373,33 @@ wait:
 	if n := retries.Load(); n > 0 {
 		fmt.Fprintf(os.Stderr, "%s: %d puts retried after Unavailable (leader changes)\n", store, n)
 	}
-	r := &result{elapsed: elapsed, valueSize: valueSize, trims: sink.trims()}
+	r := &result{elapsed: elapsed, valueSize: valueSize, trims: compactionWindows(sink, meters)}
 	for _, s := range samples {
 		r.puts = append(r.puts, s...)
 	}
 	r.appends = sink.appends()
 	for _, m := range meters {
-		apps, dels := m.samples()
+		apps, dels, commits := m.samples()
 		r.metered = append(r.metered, apps...)
 		r.deletes = append(r.deletes, dels...)
+		r.trimCommits += commits
 	}
 	return r, nil
+}
+
+// compactionWindows returns the log compactions so far: raft's
+// compactLogs timer, or for boltlog (whose DeleteRange returns at once)
+// the meters' windows from the DeleteRange until the range was deleted.
+func compactionWindows(sink *sink, meters []*meter) []window {
+	if len(meters) == 0 || !meters[0].observed {
+		return sink.trims()
+	}
+	var ws []window
+	for _, m := range meters {
+		ws = append(ws, m.compactions()...)
+	}
+	slices.SortFunc(ws, func(a, b window) int { return a.start.Compare(b.start) })
+	return ws
 }
 
 // startNodes starts the nodes and waits until the leader serves; closers
@@ -402,8 +446,22 @@ func startNodes(dir, store string, threshold uint64) ([]*cluster.Node, []func(),
 			closers = append(closers, func() { s.Close() })
 			m.LogStore = s
 			deps.LogStore, deps.StableStore = m, s
+		case "bolt-batched":
+			s, err := raftboltdb.New(raftboltdb.Options{
+				Path:        filepath.Join(raftDir, "raft.db"),
+				BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
+			})
+			if err != nil {
+				return nodes, closers, meters, err
+			}
+			closers = append(closers, func() { s.Close() })
+			m.LogStore = s
+			deps.LogStore, deps.StableStore = newTrimBatchingStore(m), s
 		case cluster.LogStoreBoltDB, cluster.LogStoreWAL:
 			ls, ss, c, err := cluster.OpenRaftLogStore(store, raftDir, func(s raft.LogStore) raft.LogStore {
+				if b, ok := s.(*boltlog.Store); ok {
+					m.observe(b)
+				}
 				m.LogStore = s
 				return m
 			})

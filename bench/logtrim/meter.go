@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairnkv/cairn/cluster/boltlog"
 	"github.com/hashicorp/raft"
 )
 
@@ -17,19 +18,43 @@ import (
 // who waits for whom is observable: an append's wait for the mutex, where
 // the mutex was held by a DeleteRange, is wait attributable to log
 // compaction; the rest of its time is its own write (or a wait behind
-// another append). Below cluster's batched trim (cluster.OpenRaftLogStore's
-// wrap) it sees every batch as its own DeleteRange, so the wait it
-// measures is the one the batching bounds.
+// another append). Below the batched trim (bolt-batched) it sees every
+// batch as its own DeleteRange, so the wait it measures is the one the
+// batching bounds.
+//
+// cluster/boltlog (boltdb) returns from a DeleteRange of a prefix at once
+// and trims inside the appends' transactions, or in background
+// transactions on an idle node: the meter observes the store
+// (boltlog.Store.SetObserver) and counts as wait attributable to log
+// compaction an append's wait for the store's write lock while a
+// background trim held it, plus the time the append's own transaction
+// spent deleting entries.
 type meter struct {
 	raft.LogStore
 
 	write sync.Mutex // the store's writes, one at a time
+	// inner is the boltlog observer's report of the StoreLogs in
+	// progress. REQUIRES: write held.
+	inner boltlog.Write
 
 	mu struct {
 		sync.Mutex
-		deletes []window // hold intervals of DeleteRange calls
+		deletes []window // hold intervals of DeleteRange calls and background trims
 		appends []appendSample
+		// commits of transactions that only trim (bbolt: two fsyncs
+		// each): DeleteRange calls on raft-boltdb, background trims
+		// and immediate deletes on boltlog.
+		trimCommits int
+		trimmed     int // entries boltlog deleted inside appends
+		// boltlog's compactions: from raft's DeleteRange of a prefix
+		// until the store's first index passed its end (raft's own
+		// compactLogs timer sees only the DeleteRange call, which
+		// returns at once).
+		compactions []window
+		open        window // the compaction in progress, if openHi != 0
+		openHi      uint64
 	}
+	observed bool // a boltlog store: commits counted by the observer
 }
 
 // appendSample is one StoreLogs call.
@@ -38,7 +63,60 @@ type appendSample struct {
 	waited   time.Duration // for the write mutex
 	total    time.Duration // the whole call
 	trimWait time.Duration // of waited, while a DeleteRange held the mutex
-	resolved bool          // trimWait computed
+	// boltlog only: the wait inside the store for its write lock, and the
+	// time its transaction spent deleting trimmed entries.
+	innerStart, innerLocked time.Time
+	trimTime                time.Duration
+	txTime                  time.Duration // the store's transaction, lock held
+	trimmed                 int
+}
+
+// observe makes m meter the boltlog store s (see meter).
+func (m *meter) observe(s *boltlog.Store) {
+	m.observed = true
+	s.SetObserver(func(w boltlog.Write) {
+		switch w.Kind {
+		case boltlog.Append:
+			m.inner = w // called inside m.StoreLogs, m.write held
+		case boltlog.Trim, boltlog.Delete:
+			m.mu.Lock()
+			m.mu.trimCommits++
+			if w.Kind == boltlog.Trim { // a Delete is inside m.DeleteRange's window
+				m.mu.deletes = append(m.mu.deletes, window{w.Locked, w.End})
+			}
+			m.mu.Unlock()
+			if w.Kind == boltlog.Trim {
+				m.compactionProgress(0)
+			}
+		}
+	})
+}
+
+// compactionProgress opens a boltlog compaction up to hi (if not 0) and
+// closes the one in progress once the store's first index passed it.
+func (m *meter) compactionProgress(hi uint64) {
+	first, err := m.LogStore.FirstIndex()
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err == nil && m.mu.openHi != 0 && first > m.mu.openHi {
+		m.mu.open.end = now
+		m.mu.compactions = append(m.mu.compactions, m.mu.open)
+		m.mu.openHi = 0
+	}
+	if hi != 0 && err == nil && first <= hi {
+		if m.mu.openHi == 0 {
+			m.mu.open = window{start: now}
+		}
+		m.mu.openHi = max(m.mu.openHi, hi)
+	}
+}
+
+// compactions returns boltlog's completed compactions.
+func (m *meter) compactions() []window {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.mu.compactions)
 }
 
 // IsMonotonic implements raft.MonotonicLogStore for the wrapped store.
@@ -53,12 +131,25 @@ func (m *meter) StoreLogs(logs []*raft.Log) error {
 	t0 := time.Now()
 	m.write.Lock()
 	t1 := time.Now()
+	m.inner = boltlog.Write{}
 	err := m.LogStore.StoreLogs(logs)
+	inner := m.inner
 	m.write.Unlock()
 	t2 := time.Now()
+	a := appendSample{start: t0, waited: t1.Sub(t0), total: t2.Sub(t0)}
+	if !inner.Start.IsZero() {
+		a.innerStart, a.innerLocked = inner.Start, inner.Locked
+		a.trimTime, a.trimmed = inner.TrimTime, inner.Trimmed
+		a.txTime = inner.End.Sub(inner.Locked)
+	}
 	m.mu.Lock()
-	m.mu.appends = append(m.mu.appends, appendSample{start: t0, waited: t1.Sub(t0), total: t2.Sub(t0)})
+	m.mu.appends = append(m.mu.appends, a)
+	m.mu.trimmed += a.trimmed
+	open := m.mu.openHi != 0
 	m.mu.Unlock()
+	if open {
+		m.compactionProgress(0)
+	}
 	return err
 }
 
@@ -70,7 +161,13 @@ func (m *meter) DeleteRange(lo, hi uint64) error {
 	m.write.Unlock()
 	m.mu.Lock()
 	m.mu.deletes = append(m.mu.deletes, window{t0, t1})
+	if !m.observed {
+		m.mu.trimCommits++
+	}
 	m.mu.Unlock()
+	if m.observed && err == nil {
+		m.compactionProgress(hi)
+	}
 	return err
 }
 
@@ -78,33 +175,45 @@ func (m *meter) DeleteRange(lo, hi uint64) error {
 func (m *meter) reset() {
 	m.mu.Lock()
 	m.mu.deletes, m.mu.appends = nil, nil
+	m.mu.trimCommits, m.mu.trimmed = 0, 0
+	m.mu.compactions = nil
 	m.mu.Unlock()
 }
 
-// samples returns the appends with their wait behind DeleteRange holds,
-// and the DeleteRange holds.
-func (m *meter) samples() ([]appendSample, []window) {
+// samples returns the appends with their wait attributable to log
+// compaction, the DeleteRange (and background trim) holds, and the count
+// of transactions that only trimmed.
+func (m *meter) samples() ([]appendSample, []window, int) {
 	m.mu.Lock()
 	apps := slices.Clone(m.mu.appends)
 	dels := slices.Clone(m.mu.deletes)
+	commits := m.mu.trimCommits
 	m.mu.Unlock()
 	slices.SortFunc(dels, func(a, b window) int { return a.start.Compare(b.start) })
 	for i := range apps {
 		a := &apps[i]
-		w := window{a.start, a.start.Add(a.waited)}
-		// Holds are disjoint (one mutex): the overlap of the wait with
-		// them is the time a DeleteRange held what the append waited for.
-		j, _ := slices.BinarySearchFunc(dels, w.start, func(d window, t time.Time) int {
-			return d.end.Compare(t)
-		})
-		for ; j < len(dels) && dels[j].start.Before(w.end); j++ {
-			lo, hi := maxTime(w.start, dels[j].start), minTime(w.end, dels[j].end)
-			if hi.After(lo) {
-				a.trimWait += hi.Sub(lo)
-			}
+		a.trimWait = overlap(window{a.start, a.start.Add(a.waited)}, dels)
+		if !a.innerStart.IsZero() {
+			a.trimWait += overlap(window{a.innerStart, a.innerLocked}, dels) + a.trimTime
 		}
 	}
-	return apps, dels
+	return apps, dels, commits
+}
+
+// overlap returns how long w overlaps the holds dels, sorted and disjoint
+// (one lock): the time a hold kept what w waited for.
+func overlap(w window, dels []window) time.Duration {
+	var d time.Duration
+	j, _ := slices.BinarySearchFunc(dels, w.start, func(d window, t time.Time) int {
+		return d.end.Compare(t)
+	})
+	for ; j < len(dels) && dels[j].start.Before(w.end); j++ {
+		lo, hi := maxTime(w.start, dels[j].start), minTime(w.end, dels[j].end)
+		if hi.After(lo) {
+			d += hi.Sub(lo)
+		}
+	}
+	return d
 }
 
 func maxTime(a, b time.Time) time.Time {
