@@ -117,6 +117,7 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 	d.mu.bgCond.Broadcast()
 	d.maybeScheduleBlobGCLocked()
 	d.mu.Unlock()
+	d.compactionInstalled(c)
 	d.deleteObsoleteFiles()
 	d.mu.Lock()
 	return nil
