@@ -55,6 +55,7 @@ var (
 	retain         = flag.String("retain", "", "snapshots retained (cluster.Config.SnapshotRetain), comma-separated; each size runs once per value (default: the node's default)")
 	settle         = flag.Duration("settle", 30*time.Second, "how long the node keeps running (compacting) after the tail, disk use sampled, before the restarts")
 	sampleInterval = flag.Duration("sample-interval", 200*time.Millisecond, "how often the disk use is sampled")
+	samplesOut     = flag.String("samples-out", "", "if set, write every disk use sample to this file (tab-separated: size, retain, seconds, total, engine, raft log, snapshots only)")
 )
 
 func main() {
@@ -218,6 +219,10 @@ func dirSize(dir string) int64 {
 type usage struct {
 	at                     time.Duration // since the node started
 	total, engine, raftLog int64
+	// snapshots is what only the snapshots hold (tables the engine
+	// replaced, their own manifests): the part of total beyond the
+	// engine and the raft log.
+	snapshots int64
 }
 
 func (u usage) ratio() float64 { return float64(u.total) / float64(u.engine+u.raftLog) }
@@ -229,14 +234,15 @@ func (u usage) ratio() float64 { return float64(u.total) / float64(u.engine+u.ra
 // hard links to engine files included once.
 func measureUsage(dir string) usage {
 	type file struct {
-		size            int64
-		inEngine, inLog bool
+		size                    int64
+		inEngine, inLog, inSnap bool
 	}
 	files := map[uint64]*file{}
 	var u usage
 	engineDir := filepath.Join(dir, "fsm", "engine") + string(filepath.Separator)
 	raftDir := filepath.Join(dir, "raft") + string(filepath.Separator)
 	oldSnaps := filepath.Join(dir, "raft", "snapshots") + string(filepath.Separator)
+	snaps := filepath.Join(dir, "snapshots") + string(filepath.Separator)
 	filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
 		if err != nil || info.IsDir() {
 			return nil
@@ -255,6 +261,8 @@ func measureUsage(dir string) usage {
 			f.inEngine = true
 		case strings.HasPrefix(path, raftDir) && !strings.HasPrefix(path, oldSnaps):
 			f.inLog = true
+		case strings.HasPrefix(path, snaps):
+			f.inSnap = true
 		}
 		return nil
 	})
@@ -265,6 +273,8 @@ func measureUsage(dir string) usage {
 			u.engine += f.size
 		case f.inLog:
 			u.raftLog += f.size
+		case f.inSnap:
+			u.snapshots += f.size
 		}
 	}
 	return u
@@ -382,15 +392,32 @@ func measure(label string, size int64, retain int) error {
 	if retain > 0 {
 		retained = strconv.Itoa(retain)
 	}
-	fmt.Printf("%-8s retain %-7s disk / (engine + raft log): max %.2fx at %.1fs (%.1f MiB: engine %.1f, raft log %.1f), above 1.3x for %.1fs of %.1fs, at end %.2fx; %d samples\n",
-		label, retained, worst.ratio(), worst.at.Seconds(), mib(worst.total), mib(worst.engine), mib(worst.raftLog),
+	fmt.Printf("%-8s retain %-7s disk / (engine + raft log): max %.2fx at %.1fs (%.1f MiB: engine %.1f, raft log %.1f, snapshots only %.1f), above 1.3x for %.1fs of %.1fs, at end %.2fx; %d samples\n",
+		label, retained, worst.ratio(), worst.at.Seconds(), mib(worst.total), mib(worst.engine), mib(worst.raftLog), mib(worst.snapshots),
 		above.Seconds(), end.at.Seconds(), end.ratio(), nSamples)
+	if *samplesOut != "" {
+		if err := writeSamples(*samplesOut, label, retained, smp.samples); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("%-8s loaded in %6.1fs; snapshots took %.1fms, %.1fms; on disk %.1f MiB (engine %.1f MiB, raft log %.1f MiB: %.2fx engine+raft log); restart median %7.1fms (min %.1fms, max %.1fms)\n",
 		label, loadTime.Seconds(), ms(snapTimes[0]), ms(snapTimes[1]),
 		float64(onDisk)/(1<<20), float64(engine)/(1<<20), float64(raftLog)/(1<<20),
 		float64(onDisk)/float64(engine+raftLog),
 		ms(times[len(times)/2]), ms(times[0]), ms(times[len(times)-1]))
 	return nil
+}
+
+// writeSamples appends samples to the file name, one line each.
+func writeSamples(name, label, retained string, samples []usage) error {
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	for _, u := range samples {
+		fmt.Fprintf(f, "%s\t%s\t%.3f\t%d\t%d\t%d\t%d\n", label, retained, u.at.Seconds(), u.total, u.engine, u.raftLog, u.snapshots)
+	}
+	return f.Close()
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
