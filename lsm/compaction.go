@@ -57,6 +57,10 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 			}
 		}
 		c.version.Unref()
+		// That may have been the last reference to the inputs (the
+		// deletion after the install found them still held): without
+		// this they stayed on disk until the next flush or compaction.
+		d.signalCleaner()
 	}()
 	ve := &version.VersionEdit{}
 	for i, in := range c.inputs {
