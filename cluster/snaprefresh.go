@@ -99,6 +99,9 @@ func (n *Node) refreshSnapshotsLoop(ss *snapstore.Store, engineDir string, p ref
 	defer n.wg.Done()
 	t := time.NewTicker(p.Interval)
 	defer t.Stop()
+	// A first check at once: snapshots may pin files since before a
+	// restart.
+	n.compactions.wake()
 	// replaced are the reported tables still in the engine's directory:
 	// a reader of an older version may keep one there long after the
 	// report, and it must not count as live meanwhile.

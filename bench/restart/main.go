@@ -41,6 +41,7 @@ import (
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/cluster"
+	"github.com/cairnkv/cairn/lsm"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -118,7 +119,57 @@ func config(dir string, retain int) cluster.Config {
 		BootstrapExpect: 1,
 		SnapshotRetain:  retain,
 		Logger:          slog.New(slog.DiscardHandler),
+		Engine:          &lsm.Options{EventListener: &lsm.EventListener{CompactionInstalled: compactions.record}},
 	}
+}
+
+// compactionLog records the engine's compactions: what one compaction
+// replaces at once is what a snapshot taken before it pins until it is
+// refreshed.
+type compactionLog struct {
+	mu      sync.Mutex
+	entries []compactionEntry
+}
+
+type compactionEntry struct {
+	at       time.Time
+	from, to int
+	inputs   int64
+}
+
+var compactions compactionLog
+
+func (l *compactionLog) record(info lsm.CompactionInfo) {
+	e := compactionEntry{at: time.Now(), from: info.StartLevel, to: info.OutputLevel}
+	for _, t := range info.Inputs {
+		e.inputs += t.Size
+	}
+	l.mu.Lock()
+	l.entries = append(l.entries, e)
+	l.mu.Unlock()
+}
+
+func (l *compactionLog) reset() {
+	l.mu.Lock()
+	l.entries = nil
+	l.mu.Unlock()
+}
+
+// largest describes the compaction that replaced the most after since,
+// with times relative to start.
+func (l *compactionLog) largest(start, since time.Time) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var best compactionEntry
+	for _, e := range l.entries {
+		if !e.at.Before(since) && e.inputs > best.inputs {
+			best = e
+		}
+	}
+	if best.inputs == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("L%d→L%d of %.1f MiB at %.1fs", best.from, best.to, mib(best.inputs), best.at.Sub(start).Seconds())
 }
 
 // startReady starts a node on dir and waits until it serves a
@@ -334,6 +385,7 @@ func measure(label string, size int64, retain int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	compactions.reset()
 	started := time.Now()
 	n, _, err := startReady(dir, retain)
 	if err != nil {
@@ -349,6 +401,7 @@ func measure(label string, size int64, retain int) error {
 	// data, the second after a small tail, then the tail replayed at
 	// restart.
 	var snapTimes []time.Duration
+	snapsStart := time.Now()
 	for i := range 2 {
 		snapStart := time.Now()
 		if _, _, err := n.Snapshot(context.Background()); err != nil {
@@ -370,6 +423,7 @@ func measure(label string, size int64, retain int) error {
 		return err
 	}
 	worst, nSamples, above := smp.finish(1.3)
+	largestAll, largestAfter := compactions.largest(started, started), compactions.largest(started, snapsStart)
 	end := measureUsage(dir)
 	end.at = time.Since(started)
 	if worst.total == 0 || end.ratio() > worst.ratio() {
@@ -395,6 +449,8 @@ func measure(label string, size int64, retain int) error {
 	fmt.Printf("%-8s retain %-7s disk / (engine + raft log): max %.2fx at %.1fs (%.1f MiB: engine %.1f, raft log %.1f, snapshots only %.1f), above 1.3x for %.1fs of %.1fs, at end %.2fx; %d samples\n",
 		label, retained, worst.ratio(), worst.at.Seconds(), mib(worst.total), mib(worst.engine), mib(worst.raftLog), mib(worst.snapshots),
 		above.Seconds(), end.at.Seconds(), end.ratio(), nSamples)
+	fmt.Printf("%-8s retain %-7s largest compaction (inputs replaced): %s; after the first snapshot: %s\n",
+		label, retained, largestAll, largestAfter)
 	if *samplesOut != "" {
 		if err := writeSamples(*samplesOut, label, retained, smp.samples); err != nil {
 			return err
