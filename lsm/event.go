@@ -15,8 +15,9 @@ type EventListener struct {
 	// checkpoint kept as a snapshot) learns at once that its links now
 	// keep replaced data on disk, instead of finding out by polling.
 	//
-	// It runs on the compaction goroutine with no lock held, so it holds
-	// up the next compaction until it returns: it must return quickly and
+	// It runs on the goroutine that ran the compaction (the background
+	// one, or Compact's caller) with no lock held, so it holds up the
+	// next compaction until it returns: it must return quickly and
 	// must not wait for writes, Flush or Checkpoint of this DB (a write
 	// may be waiting for this very compaction). Hand the work to another
 	// goroutine.
@@ -26,7 +27,7 @@ type EventListener struct {
 // CompactionInfo describes an installed compaction.
 type CompactionInfo struct {
 	// StartLevel and OutputLevel are the levels the compaction read and
-	// wrote (equal for an L0 intra-level compaction).
+	// wrote (equal when Compact rewrites the bottom level in place).
 	StartLevel, OutputLevel int
 	// Inputs are the tables the compaction made obsolete, Outputs the
 	// tables it installed. A trivial move installs its input table at
