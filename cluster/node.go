@@ -21,6 +21,7 @@ import (
 	"github.com/cairnkv/cairn/cluster/membership"
 	"github.com/cairnkv/cairn/fsm"
 	"github.com/cairnkv/cairn/fsm/snapstore"
+	"github.com/cairnkv/cairn/lsm"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -109,6 +110,9 @@ type Node struct {
 	// keyringMu serializes gossip keyring changes with the writes of the
 	// keyring file (gossipkeys.go).
 	keyringMu sync.Mutex
+	// compactions hears the engine's compactions, for the snapshot
+	// refresh (snaprefresh.go).
+	compactions *compactionEvents
 
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
@@ -239,9 +243,16 @@ func (n *Node) Start() (err error) {
 	// A store that keeps checkpoint directories lets Restore link them.
 	checkpoints, _ := snaps.(fsm.CheckpointSource)
 
-	// The state machine.
+	// The state machine. Its engine reports compactions to the snapshot
+	// refresh (snaprefresh.go).
+	var engine lsm.Options
+	if c.Engine != nil {
+		engine = *c.Engine
+	}
+	n.compactions = newCompactionEvents()
+	engine.EventListener = n.compactions.listener(engine.EventListener)
 	f, err := fsm.New(filepath.Join(c.DataDir, fsmDirName), &fsm.Options{
-		Engine:       c.Engine,
+		Engine:       &engine,
 		MaxValueSize: c.MaxValueSize,
 		Checkpoints:  checkpoints,
 		Logger:       log.New(slogWriter{n.log}, "", 0),
@@ -319,8 +330,9 @@ func (n *Node) Start() (err error) {
 	go n.healthLoop(hs)
 	if ownSnaps != nil {
 		n.snapStore = ownSnaps
+		ownSnaps.OnCommit(n.compactions.wake)
 		n.wg.Add(1)
-		go n.refreshSnapshotsLoop(ownSnaps, filepath.Join(c.DataDir, fsmDirName, "engine"))
+		go n.refreshSnapshotsLoop(ownSnaps, filepath.Join(c.DataDir, fsmDirName, "engine"), snapshotRefresh)
 	}
 	seeds := slices.Clone(c.Join)
 	for _, p := range loadPeers(c.DataDir) {

@@ -2,11 +2,14 @@ package cluster
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
+	"github.com/cairnkv/cairn/lsm"
 )
 
 // TestRefreshedSnapshotCatchUp: a snapshot refreshed with a later
@@ -110,4 +113,76 @@ func TestRefreshedSnapshotCatchUp(t *testing.T) {
 	}
 	tc.waitReady(tc.live(), 3)
 	assertSameState(t, tc.live())
+}
+
+// TestCompactionRefreshesSnapshotAtOnce: when compaction replaces the
+// tables a retained snapshot links, the engine's report of it makes the
+// node refresh the snapshot, without waiting for the periodic check (an
+// hour here), so the snapshot stops pinning the replaced tables.
+func TestCompactionRefreshesSnapshotAtOnce(t *testing.T) {
+	saved := snapshotRefresh
+	// A snapshot's own manifest (not a link) is a few hundred bytes.
+	snapshotRefresh = refreshPolicy{Interval: time.Hour, Ratio: 0, MinBytes: 2 << 10}
+	t.Cleanup(func() { snapshotRefresh = saved })
+	tc := newTestCluster(t)
+	n := tc.formCluster(1, func(c *Config) {
+		c.SnapshotInterval = time.Hour // snapshots only when asked
+		// Small tables, compacted early: overwrites soon replace them.
+		c.Engine = &lsm.Options{
+			MemTableSizeBytes:     64 << 10,
+			L0CompactionThreshold: 2,
+			TargetFileSizeBytes:   16 << 10,
+			LBaseMaxBytes:         64 << 10,
+		}
+	})[0]
+	// Values that do not compress: every replaced table weighs.
+	value := func() string {
+		b := make([]byte, 500)
+		for i := range b {
+			b[i] = byte(rand.Uint32())
+		}
+		return fmt.Sprintf("%x", b)
+	}
+	for i := range 300 {
+		put(t, tc.kv(n), fmt.Sprintf("k%04d", i), value())
+	}
+	if _, _, err := n.Snapshot(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := n.snapStore.List()
+	if err != nil || len(snaps) != 1 {
+		t.Fatalf("snapshots %v, %v; want one", snaps, err)
+	}
+	linked, err := filepath.Glob(filepath.Join(n.snapStore.Dir(), snaps[0].ID, "engine", "*.sst"))
+	if err != nil || len(linked) == 0 {
+		t.Fatalf("the snapshot links no table (%v)", err)
+	}
+	engineDir := filepath.Join(tc.cfgs[n.ID()].DataDir, fsmDirName, "engine")
+	replaced := func() bool {
+		for _, p := range linked {
+			if _, err := os.Stat(filepath.Join(engineDir, filepath.Base(p))); err == nil {
+				return false
+			}
+		}
+		return true
+	}
+	// Overwrite the keys until the engine has replaced every table the
+	// snapshot was taken with.
+	deadline := time.Now().Add(60 * time.Second * waitSlack)
+	for round := 0; !replaced(); round++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("compaction has not replaced the snapshot's tables after %d rounds of overwrites", round)
+		}
+		for i := range 300 {
+			put(t, tc.kv(n), fmt.Sprintf("k%04d", i), value())
+		}
+	}
+	waitFor(t, 15*time.Second, "the snapshot to stop pinning replaced tables", func() bool {
+		_, pinned, _, err := n.snapStore.Pinned(engineDir)
+		return err == nil && pinned < snapshotRefresh.MinBytes
+	})
+	after, err := n.snapStore.List()
+	if err != nil || len(after) != 1 || after[0].ID == snaps[0].ID || after[0].Index != snaps[0].Index {
+		t.Fatalf("snapshots %v after the refresh (%v); want one replacing %v at the same index", after, err, snaps)
+	}
 }

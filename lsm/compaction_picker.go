@@ -25,6 +25,9 @@ type compaction struct {
 	trivialMove bool
 	version     *version.Version
 	score       float64
+	// outputs: set by runCompactionLocked, the tables the compaction
+	// installed (for the event listener).
+	outputs []*version.FileMetadata
 }
 
 // levelTargets computes dynamic level sizes (RocksDB's

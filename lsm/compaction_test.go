@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -172,6 +173,84 @@ func TestWriteStallsAreReported(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		if _, err := d.Get([]byte(fmt.Sprintf("k%04d", i))); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestCompactionOutputsBoundedGrandparentOverlap: a compaction cuts its
+// output tables so that none overlaps more than maxGrandparentOverlapFiles
+// target sizes of the level below: a flushed table holding a key below
+// and a key above every key of the bottom level (as every table of
+// cairn's state machine does, with its applied index) must not become an
+// output that spans the bottom level, or the compaction that pushes it
+// down later rewrites the whole bottom level at once.
+func TestCompactionOutputsBoundedGrandparentOverlap(t *testing.T) {
+	o := testOptions(vfs.NewMem())
+	o.L0CompactionThreshold, o.L0SlowdownWritesThreshold, o.L0StopWritesThreshold = 1000, 1000, 1000
+	o.LBaseMaxBytes = 1 << 30
+	d := mustOpen(t, "db", o)
+	defer d.Close()
+	rng := rand.New(rand.NewPCG(3, 4))
+	value := make([]byte, 100)
+	for i := range 5000 {
+		for j := range value {
+			value[j] = byte(rng.Uint32()) // incompressible
+		}
+		if err := d.Put([]byte(fmt.Sprintf("m%05d", i)), value, NoSync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Compact(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "z"} {
+		if err := d.Put([]byte(k), []byte(k), NoSync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	d.mu.Lock()
+	for d.mu.compacting {
+		d.mu.bgCond.Wait()
+	}
+	d.mu.compacting = true
+	v := d.mu.versions.Current()
+	bottom := levelSize(v, 6)
+	limit := maxGrandparentOverlapFiles * o.TargetFileSizeBytes
+	if len(v.Levels[0]) != 1 || bottom <= 2*limit {
+		d.mu.Unlock()
+		t.Fatalf("setup: %d L0 tables, bottom level %d bytes; want one L0 table and more than %d bytes", len(v.Levels[0]), bottom, 2*limit)
+	}
+	c := d.newCompactionLocked(v, 0, 5, v.Levels[0])
+	err := d.runCompactionLocked(c)
+	d.mu.compacting = false
+	v = d.mu.versions.Current()
+	v.Ref()
+	d.mu.Unlock()
+	defer v.Unref()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Levels[5]) < 2 {
+		t.Fatalf("L0→L5 of a table holding %q and %q wrote %d table(s); want them cut apart", "a", "z", len(v.Levels[5]))
+	}
+	for _, f := range v.Levels[5] {
+		s, l, _ := f.UserKeyBounds()
+		var overlap int64
+		for _, g := range v.Overlaps(6, s, l) {
+			overlap += int64(g.Size)
+		}
+		// A table may reach into one more grandparent than the limit.
+		if overlap > limit+2*o.TargetFileSizeBytes {
+			t.Errorf("L5 table %s [%q, %q] overlaps %d bytes of L6 (of %d); want at most about %d", f.FileNum, s, l, overlap, bottom, limit)
+		}
+	}
+	for _, k := range []string{"a", "z", "m00000", "m04999"} {
+		if _, err := d.Get([]byte(k)); err != nil {
+			t.Errorf("Get(%q) after the compaction: %v", k, err)
 		}
 	}
 }

@@ -24,7 +24,11 @@
 // queued memtables are flushed together to one L0 table in the background
 // once they hold half of MemTableSizeBytes. Leveled compaction with dynamic
 // level sizes moves data down; a large compaction is cut by key into up to
-// MaxSubcompactions parts written in parallel. Writes slow down (1 ms each)
+// MaxSubcompactions parts written in parallel. Its output tables are cut at
+// TargetFileSizeBytes and wherever one would overlap more than ten of those
+// in the level below (so that pushing it down later rewrites little);
+// Options.EventListener hears of each compaction installed, with the
+// tables it replaced. Writes slow down (1 ms each)
 // when L0 holds L0SlowdownWritesThreshold files and stop while
 // L0StopWritesThreshold files or MemTableStopWritesThreshold full
 // memtables' worth of queued memtables wait; Metrics reports both.

@@ -221,6 +221,9 @@ type Options struct {
 
 	// Logger receives background errors and events. Default: discard.
 	Logger *log.Logger
+	// EventListener, if set, is told of background events as they happen
+	// (see EventListener).
+	EventListener *EventListener
 
 	// ErrorIfExists makes Open fail when the directory already holds a DB.
 	ErrorIfExists bool

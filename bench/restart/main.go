@@ -41,6 +41,7 @@ import (
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/cluster"
+	"github.com/cairnkv/cairn/lsm"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -55,6 +56,7 @@ var (
 	retain         = flag.String("retain", "", "snapshots retained (cluster.Config.SnapshotRetain), comma-separated; each size runs once per value (default: the node's default)")
 	settle         = flag.Duration("settle", 30*time.Second, "how long the node keeps running (compacting) after the tail, disk use sampled, before the restarts")
 	sampleInterval = flag.Duration("sample-interval", 200*time.Millisecond, "how often the disk use is sampled")
+	samplesOut     = flag.String("samples-out", "", "if set, write every disk use sample to this file (tab-separated: size, retain, seconds, total, engine, raft log, snapshots only)")
 )
 
 func main() {
@@ -117,7 +119,57 @@ func config(dir string, retain int) cluster.Config {
 		BootstrapExpect: 1,
 		SnapshotRetain:  retain,
 		Logger:          slog.New(slog.DiscardHandler),
+		Engine:          &lsm.Options{EventListener: &lsm.EventListener{CompactionInstalled: compactions.record}},
 	}
+}
+
+// compactionLog records the engine's compactions: what one compaction
+// replaces at once is what a snapshot taken before it pins until it is
+// refreshed.
+type compactionLog struct {
+	mu      sync.Mutex
+	entries []compactionEntry
+}
+
+type compactionEntry struct {
+	at       time.Time
+	from, to int
+	inputs   int64
+}
+
+var compactions compactionLog
+
+func (l *compactionLog) record(info lsm.CompactionInfo) {
+	e := compactionEntry{at: time.Now(), from: info.StartLevel, to: info.OutputLevel}
+	for _, t := range info.Inputs {
+		e.inputs += t.Size
+	}
+	l.mu.Lock()
+	l.entries = append(l.entries, e)
+	l.mu.Unlock()
+}
+
+func (l *compactionLog) reset() {
+	l.mu.Lock()
+	l.entries = nil
+	l.mu.Unlock()
+}
+
+// largest describes the compaction that replaced the most after since,
+// with times relative to start.
+func (l *compactionLog) largest(start, since time.Time) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var best compactionEntry
+	for _, e := range l.entries {
+		if !e.at.Before(since) && e.inputs > best.inputs {
+			best = e
+		}
+	}
+	if best.inputs == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("L%d→L%d of %.1f MiB at %.1fs", best.from, best.to, mib(best.inputs), best.at.Sub(start).Seconds())
 }
 
 // startReady starts a node on dir and waits until it serves a
@@ -218,6 +270,10 @@ func dirSize(dir string) int64 {
 type usage struct {
 	at                     time.Duration // since the node started
 	total, engine, raftLog int64
+	// snapshots is what only the snapshots hold (tables the engine
+	// replaced, their own manifests): the part of total beyond the
+	// engine and the raft log.
+	snapshots int64
 }
 
 func (u usage) ratio() float64 { return float64(u.total) / float64(u.engine+u.raftLog) }
@@ -229,14 +285,15 @@ func (u usage) ratio() float64 { return float64(u.total) / float64(u.engine+u.ra
 // hard links to engine files included once.
 func measureUsage(dir string) usage {
 	type file struct {
-		size            int64
-		inEngine, inLog bool
+		size                    int64
+		inEngine, inLog, inSnap bool
 	}
 	files := map[uint64]*file{}
 	var u usage
 	engineDir := filepath.Join(dir, "fsm", "engine") + string(filepath.Separator)
 	raftDir := filepath.Join(dir, "raft") + string(filepath.Separator)
 	oldSnaps := filepath.Join(dir, "raft", "snapshots") + string(filepath.Separator)
+	snaps := filepath.Join(dir, "snapshots") + string(filepath.Separator)
 	filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
 		if err != nil || info.IsDir() {
 			return nil
@@ -255,6 +312,8 @@ func measureUsage(dir string) usage {
 			f.inEngine = true
 		case strings.HasPrefix(path, raftDir) && !strings.HasPrefix(path, oldSnaps):
 			f.inLog = true
+		case strings.HasPrefix(path, snaps):
+			f.inSnap = true
 		}
 		return nil
 	})
@@ -265,6 +324,8 @@ func measureUsage(dir string) usage {
 			u.engine += f.size
 		case f.inLog:
 			u.raftLog += f.size
+		case f.inSnap:
+			u.snapshots += f.size
 		}
 	}
 	return u
@@ -324,6 +385,7 @@ func measure(label string, size int64, retain int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	compactions.reset()
 	started := time.Now()
 	n, _, err := startReady(dir, retain)
 	if err != nil {
@@ -339,6 +401,7 @@ func measure(label string, size int64, retain int) error {
 	// data, the second after a small tail, then the tail replayed at
 	// restart.
 	var snapTimes []time.Duration
+	snapsStart := time.Now()
 	for i := range 2 {
 		snapStart := time.Now()
 		if _, _, err := n.Snapshot(context.Background()); err != nil {
@@ -360,6 +423,7 @@ func measure(label string, size int64, retain int) error {
 		return err
 	}
 	worst, nSamples, above := smp.finish(1.3)
+	largestAll, largestAfter := compactions.largest(started, started), compactions.largest(started, snapsStart)
 	end := measureUsage(dir)
 	end.at = time.Since(started)
 	if worst.total == 0 || end.ratio() > worst.ratio() {
@@ -382,15 +446,34 @@ func measure(label string, size int64, retain int) error {
 	if retain > 0 {
 		retained = strconv.Itoa(retain)
 	}
-	fmt.Printf("%-8s retain %-7s disk / (engine + raft log): max %.2fx at %.1fs (%.1f MiB: engine %.1f, raft log %.1f), above 1.3x for %.1fs of %.1fs, at end %.2fx; %d samples\n",
-		label, retained, worst.ratio(), worst.at.Seconds(), mib(worst.total), mib(worst.engine), mib(worst.raftLog),
+	fmt.Printf("%-8s retain %-7s disk / (engine + raft log): max %.2fx at %.1fs (%.1f MiB: engine %.1f, raft log %.1f, snapshots only %.1f), above 1.3x for %.1fs of %.1fs, at end %.2fx; %d samples\n",
+		label, retained, worst.ratio(), worst.at.Seconds(), mib(worst.total), mib(worst.engine), mib(worst.raftLog), mib(worst.snapshots),
 		above.Seconds(), end.at.Seconds(), end.ratio(), nSamples)
+	fmt.Printf("%-8s retain %-7s largest compaction (inputs replaced): %s; after the first snapshot: %s\n",
+		label, retained, largestAll, largestAfter)
+	if *samplesOut != "" {
+		if err := writeSamples(*samplesOut, label, retained, smp.samples); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("%-8s loaded in %6.1fs; snapshots took %.1fms, %.1fms; on disk %.1f MiB (engine %.1f MiB, raft log %.1f MiB: %.2fx engine+raft log); restart median %7.1fms (min %.1fms, max %.1fms)\n",
 		label, loadTime.Seconds(), ms(snapTimes[0]), ms(snapTimes[1]),
 		float64(onDisk)/(1<<20), float64(engine)/(1<<20), float64(raftLog)/(1<<20),
 		float64(onDisk)/float64(engine+raftLog),
 		ms(times[len(times)/2]), ms(times[0]), ms(times[len(times)-1]))
 	return nil
+}
+
+// writeSamples appends samples to the file name, one line each.
+func writeSamples(name, label, retained string, samples []usage) error {
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	for _, u := range samples {
+		fmt.Fprintf(f, "%s\t%s\t%.3f\t%d\t%d\t%d\t%d\n", label, retained, u.at.Seconds(), u.total, u.engine, u.raftLog, u.snapshots)
+	}
+	return f.Close()
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }

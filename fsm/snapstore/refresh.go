@@ -39,7 +39,13 @@ import (
 // snapshots keep on disk beyond the engine; total counts each inode once
 // (snapshots share files); live is the bytes of the files in liveDir. It
 // reads no data, only directory entries and file metadata.
-func (s *Store) Pinned(liveDir string) (pinned map[string]int64, total, live int64, err error) {
+//
+// replaced names files of liveDir that the engine no longer uses and is
+// about to delete (the inputs of a compaction it just installed): they
+// count as pinned where a snapshot links them, and not as live, so that
+// the caller need not wait for their deletion to see what the snapshots
+// will keep.
+func (s *Store) Pinned(liveDir string, replaced ...string) (pinned map[string]int64, total, live int64, err error) {
 	ms, err := s.list()
 	if err != nil {
 		return nil, 0, 0, err
@@ -49,6 +55,9 @@ func (s *Store) Pinned(liveDir string) (pinned map[string]int64, total, live int
 		return nil, 0, 0, fmt.Errorf("snapstore: %w", err)
 	}
 	for _, name := range liveNames {
+		if slices.Contains(replaced, name) {
+			continue
+		}
 		if fi, err := s.fs.Stat(filepath.Join(liveDir, name)); err == nil && !fi.IsDir() {
 			live += fi.Size()
 		}
@@ -63,7 +72,7 @@ func (s *Store) Pinned(liveDir string) (pinned map[string]int64, total, live int
 		}
 		for _, name := range names {
 			p := filepath.Join(dir, name)
-			if sameFile(s.fs, p, filepath.Join(liveDir, name)) {
+			if !slices.Contains(replaced, name) && sameFile(s.fs, p, filepath.Join(liveDir, name)) {
 				continue
 			}
 			fi, err := s.fs.Stat(p)

@@ -2,6 +2,7 @@ package snapstore
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -121,4 +122,40 @@ func replaced(t testing.TB, s *Store, id, live string) int {
 		}
 	}
 	return n
+}
+
+// TestPinnedCountsReplacedFiles: files the engine still has but is about
+// to delete (named as replaced) count as pinned where a snapshot links
+// them, and not as live, before they are deleted.
+func TestPinnedCountsReplacedFiles(t *testing.T) {
+	base := t.TempDir()
+	f := openFSM(t, filepath.Join(base, "fsm"), nil)
+	live := filepath.Join(base, "fsm", "engine")
+	s := openStore(t, filepath.Join(base, "snaps"), 2)
+	f.put(t, "k", 400, 1000)
+	id := snapshot(t, s, f)
+	// A fresh snapshot pins only its own manifest (not a link).
+	_, own, liveBytes, err := s.Pinned(live)
+	if err != nil || own > 1<<10 || liveBytes == 0 {
+		t.Fatalf("a fresh snapshot pins %d bytes of an engine of %d, %v; want its manifest only", own, liveBytes, err)
+	}
+	ts := tables(t, live)
+	if len(ts) == 0 {
+		t.Fatal("the engine has no table")
+	}
+	var names []string
+	var size int64
+	for _, p := range ts[:(len(ts)+1)/2] {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, filepath.Base(p))
+		size += fi.Size()
+	}
+	byID, pinned, liveAfter, err := s.Pinned(live, append(names, "999999.sst")...)
+	if err != nil || pinned != own+size || byID[id] != own+size || liveAfter != liveBytes-size {
+		t.Fatalf("with %v replaced (%d bytes): pinned %d (%v), live %d of %d, %v; want %d pinned, %d live",
+			names, size, pinned, byID, liveAfter, liveBytes, err, own+size, liveBytes-size)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairnkv/cairn/fsm"
@@ -49,6 +50,8 @@ type Store struct {
 	sumMu sync.Mutex
 	// refreshMu serializes Refresh.
 	refreshMu sync.Mutex
+	// committed, if set, is called after each snapshot is committed.
+	committed atomic.Pointer[func()]
 }
 
 var (
@@ -394,7 +397,23 @@ func (s *Store) FindCheckpoint(m *fsmpb.SnapshotManifest) (string, bool) {
 
 // commit makes the snapshot in tmp visible as id, then removes the one it
 // replaces (Refresh) or, if none, reaps old ones.
+// OnCommit makes the store call f after it has committed a snapshot
+// (taken, received or refreshed), f's caller having waited for nothing:
+// f must return at once. The node checks then what the snapshots pin
+// (a snapshot taken while a compaction ran may hold its inputs).
+func (s *Store) OnCommit(f func()) { s.committed.Store(&f) }
+
 func (s *Store) commit(tmp, id, replaces string) error {
+	if err := s.commitInner(tmp, id, replaces); err != nil {
+		return err
+	}
+	if f := s.committed.Load(); f != nil {
+		(*f)()
+	}
+	return nil
+}
+
+func (s *Store) commitInner(tmp, id, replaces string) error {
 	if err := vfs.SyncDir(s.fs, tmp); err != nil {
 		return fmt.Errorf("snapstore: %w", err)
 	}
