@@ -173,13 +173,40 @@ func (d *DB) newCompactionLocked(v *version.Version, startLevel, outputLevel int
 	// overlap one another (a sequential fill) and hold one version per
 	// key, so shadowed data and tombstones, and the blob garbage they
 	// reveal, are still found by the L0 compaction that merges them.
+	// Nor does a table move that overlaps more than
+	// maxGrandparentOverlapFiles target sizes of the level below the
+	// output level (LevelDB's IsTrivialMove): the compaction that later
+	// pushes it down would rewrite all of that at once; a merge cuts it
+	// (grandparentCutter).
 	c.trivialMove = startLevel != outputLevel && len(c.inputs[1]) == 0 &&
-		(startLevel > 0 || (disjointFiles(c.inputs[0]) && allOneVersionPerKey(c.inputs[0])))
+		(startLevel > 0 || (disjointFiles(c.inputs[0]) && allOneVersionPerKey(c.inputs[0]))) &&
+		d.grandparentOverlapBounded(v, outputLevel, c.inputs[0])
 	for _, f := range all {
 		f.Compacting = true
 	}
 	v.Ref()
 	return c
+}
+
+// grandparentOverlapBounded reports whether none of files overlaps more
+// than maxGrandparentOverlapFiles target sizes of the level below
+// outputLevel.
+func (d *DB) grandparentOverlapBounded(v *version.Version, outputLevel int, files []*version.FileMetadata) bool {
+	if outputLevel+1 >= version.NumLevels {
+		return true
+	}
+	limit := maxGrandparentOverlapFiles * d.opts.TargetFileSizeBytes
+	for _, f := range files {
+		smallest, largest, _ := f.UserKeyBounds()
+		var overlap int64
+		for _, g := range v.Overlaps(outputLevel+1, smallest, largest) {
+			overlap += int64(g.Size)
+		}
+		if overlap > limit {
+			return false
+		}
+	}
+	return true
 }
 
 // disjointFiles reports whether no two of files (L0 files) overlap in
