@@ -285,11 +285,13 @@ func (d *DB) blobSizesLocked() (total, live uint64) {
 
 // blobGCDebtSpaceAmp is the counted space amplification (see
 // blobSizesLocked) past which blob GC stops pacing itself to
-// BlobGCBytesPerSec: a steady overwrite that writes blobs faster than
-// paced GC reclaims them otherwise grows the directory to 2.3-2.6× the
-// live data (TestBlobSpaceAmpOverTime; 1.7× unpaced), where the pacing no
-// longer protects anything worth more than the disk.
-const blobGCDebtSpaceAmp = 1.5
+// BlobGCBytesPerSec: GC paced below the rate at which a steady overwrite
+// writes blobs falls behind for good, and the directory grows to 2.3-2.4×
+// the live data (TestBlobSpaceAmpOverTime, median; 1.6-1.7× unpaced). The
+// counted figure runs below the true one (garbage is known only after
+// compaction), so the bound is low: 1.5 still left a median of 2.3-2.4,
+// 1.25 gives 1.9.
+const blobGCDebtSpaceAmp = 1.25
 
 // blobSpaceAmpLocked is the counted space amplification of the blob
 // files; 0 when they hold no live bytes.

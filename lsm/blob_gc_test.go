@@ -314,9 +314,10 @@ func TestBlobGCRateLimited(t *testing.T) {
 	if err := d.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	// A quarter of the records become garbage: 1.25× space amplification,
-	// under the 1.5× past which GC stops pacing itself.
-	putBlobKeys(t, d, model, 4, 1, 500)
+	// An eighth of the records become garbage: 1.125× space
+	// amplification, under blobGCDebtSpaceAmp, past which GC stops pacing
+	// itself.
+	putBlobKeys(t, d, model, 8, 1, 500)
 	if err := d.Compact(nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +328,7 @@ func TestBlobGCRateLimited(t *testing.T) {
 	defer d.Close()
 	before := d.Metrics().Blob
 	start := time.Now()
-	if err := d.BlobGC(0.2); err != nil {
+	if err := d.BlobGC(0.1); err != nil {
 		t.Fatal(err)
 	}
 	elapsed := time.Since(start)

@@ -216,7 +216,8 @@ type Options struct {
 	// BlobGCBytesPerSec limits blob GC's reads plus writes, so that it
 	// does not starve foreground writes. Default 64 MiB/s; negative: no
 	// limit. GC that has fallen behind the writes (the blob files exceed
-	// 1.5× their live bytes) runs unpaced until it has caught up.
+	// 1.25× their live bytes, counting the garbage compactions have
+	// found) runs unpaced until it has caught up.
 	BlobGCBytesPerSec int64
 
 	// Logger receives background errors and events. Default: discard.
