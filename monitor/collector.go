@@ -58,7 +58,7 @@ type engineCollector struct {
 	node Node
 
 	levelFiles, levelBytes, levelScore, levelTarget   metric
-	levelRead, levelWritten                           metric
+	levelRead, levelWritten, pending                  metric
 	flushes, compactions, flushBytes                  metric
 	compactRead, compactWritten, ingested, atOpen     metric
 	writeAmp                                          metric
@@ -82,6 +82,7 @@ func newEngineCollector(n Node) *engineCollector {
 		levelTarget:    gauge(p+"level_target_bytes", "Dynamic target size of a level (0 above the base level).", "level"),
 		levelRead:      counter(p+"level_read_bytes_total", "Bytes compactions read from a level.", "level"),
 		levelWritten:   counter(p+"level_written_bytes_total", "Bytes flushes (L0) and compactions wrote into a level.", "level"),
+		pending:        gauge(p+"compaction_pending_bytes", "Estimate of the bytes compactions must rewrite to bring every level within its target (RocksDB's estimated pending compaction bytes)."),
 		flushes:        counter(p+"flushes_total", "Memtable flushes."),
 		compactions:    counter(p+"compactions_total", "Compactions."),
 		flushBytes:     counter(p+"flush_written_bytes_total", "Bytes of tables written by flushes."),
@@ -115,7 +116,7 @@ func newEngineCollector(n Node) *engineCollector {
 
 func (c *engineCollector) metrics() []metric {
 	return []metric{c.levelFiles, c.levelBytes, c.levelScore, c.levelTarget, c.levelRead, c.levelWritten,
-		c.flushes, c.compactions, c.flushBytes, c.compactRead, c.compactWritten, c.ingested, c.atOpen,
+		c.pending, c.flushes, c.compactions, c.flushBytes, c.compactRead, c.compactWritten, c.ingested, c.atOpen,
 		c.writeAmp, c.walBytes, c.walSyncs, c.commitGroups, c.writes, c.stalls, c.stallSeconds,
 		c.memtables, c.memtableBytes, c.cacheCapacity, c.cacheUsage, c.cacheHits, c.cacheMisses,
 		c.filterChecked, c.filterUseful, c.blobFiles, c.blobBytes, c.blobWritten, c.blobGCRead,
@@ -142,6 +143,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		c.levelRead.emit(ch, float64(lm.BytesRead), level)
 		c.levelWritten.emit(ch, float64(lm.BytesWritten), level)
 	}
+	c.pending.emit(ch, float64(m.CompactionPendingBytes))
 	c.flushes.emit(ch, float64(m.Flushes))
 	c.compactions.emit(ch, float64(m.Compactions))
 	c.flushBytes.emit(ch, float64(m.FlushBytes))

@@ -19,6 +19,7 @@ import (
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/cluster"
 	"github.com/cairnkv/cairn/cluster/membership"
+	"github.com/cairnkv/cairn/lsm"
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -107,6 +108,7 @@ func startShared() error {
 			return err
 		}
 		cfg.GRPCServerOptions = mon.GRPCServerOptions()
+		cfg.Engine = &lsm.Options{EventListener: mon.EventListener(nil)}
 		n, err := cluster.New(cfg, nil)
 		if err != nil {
 			return err
@@ -254,6 +256,7 @@ func TestMetricsScrape(t *testing.T) {
 		"cairn_engine_cache_misses_total", "cairn_engine_bloom_filter_checked_total", "cairn_engine_bloom_filter_useful_total",
 		"cairn_engine_wal_syncs_total", "cairn_engine_wal_written_bytes_total", "cairn_engine_blob_bytes",
 		"cairn_engine_blob_gc_read_bytes_total", "cairn_engine_writes_total", "cairn_engine_background_error",
+		"cairn_engine_compaction_pending_bytes", "cairn_engine_flush_duration_seconds_count",
 		// raft, from Status and the leader observer
 		"cairn_raft_state", "cairn_raft_term", "cairn_raft_commit_index", "cairn_raft_applied_index",
 		"cairn_raft_last_leader_contact_seconds", "cairn_raft_leader_changes_total", "cairn_raft_has_leader",
@@ -344,5 +347,48 @@ func TestMetricsScrape(t *testing.T) {
 	defer srv.Close()
 	if code, body := httpGet(t, srv.URL+"/debug/pprof/goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "goroutine profile") {
 		t.Errorf("/debug/pprof/goroutine with Pprof: %d %.200s", code, body)
+	}
+}
+
+// TestEngineEventHistograms: the monitor's event listener times the
+// engine's flushes and compactions (by output level) and still calls the
+// listener it wraps.
+func TestEngineEventHistograms(t *testing.T) {
+	mon, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wrapped int
+	l := mon.EventListener(&lsm.EventListener{CompactionInstalled: func(lsm.CompactionInfo) { wrapped++ }})
+	l.FlushInstalled(lsm.FlushInfo{Duration: 30 * time.Millisecond})
+	l.FlushInstalled(lsm.FlushInfo{Duration: 10 * time.Millisecond})
+	l.CompactionInstalled(lsm.CompactionInfo{OutputLevel: 6, Duration: 2 * time.Second})
+	if wrapped != 1 {
+		t.Fatalf("wrapped listener called %d times, want 1", wrapped)
+	}
+	fams, err := mon.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][2]float64{} // name{labels} -> count, sum
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			if h := m.GetHistogram(); h != nil && strings.HasPrefix(f.GetName(), "cairn_engine_") {
+				key := f.GetName()
+				for _, lp := range m.GetLabel() {
+					key += "{" + lp.GetName() + "=" + lp.GetValue() + "}"
+				}
+				got[key] = [2]float64{float64(h.GetSampleCount()), h.GetSampleSum()}
+			}
+		}
+	}
+	for key, want := range map[string][2]float64{
+		"cairn_engine_flush_duration_seconds":                      {2, 0.04},
+		"cairn_engine_compaction_duration_seconds{output_level=6}": {1, 2},
+	} {
+		g := got[key]
+		if g[0] != want[0] || g[1] < want[1]-1e-9 || g[1] > want[1]+1e-9 {
+			t.Errorf("%s: count %v sum %v, want count %v sum %v (all: %v)", key, g[0], g[1], want[0], want[1], got)
+		}
 	}
 }
