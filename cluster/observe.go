@@ -155,6 +155,13 @@ type kindCounter struct {
 	counts map[string]uint64 // REQUIRES: mu
 }
 
+// snapshot returns a copy of the counts.
+func (k *kindCounter) snapshot() map[string]uint64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.counts)
+}
+
 func (k *kindCounter) add(kind string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -168,8 +175,24 @@ func (k *kindCounter) add(kind string) {
 // (membership.ActionKind's names: add-nonvoter, promote-voter, ...) this
 // node's reconcile loop decided on while it led, since it started.
 func (n *Node) ReconcileActions() map[string]uint64 {
-	k := &n.reconcileActions
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return maps.Clone(k.counts)
+	return n.reconcileActions.snapshot()
+}
+
+// RequestCounts count how this node handled requests since it started.
+type RequestCounts struct {
+	// Forwarded counts the requests this node forwarded to the leader,
+	// by gRPC method name (Put, Get, ...).
+	Forwarded map[string]uint64
+	// Duplicates counts the writes this node's state machine applied as
+	// duplicates of writes already applied (fsm.FSM.Duplicates).
+	Duplicates uint64
+}
+
+// RequestCounts returns the node's request counts.
+func (n *Node) RequestCounts() RequestCounts {
+	c := RequestCounts{Forwarded: n.forwarded.snapshot()}
+	if n.fsm != nil {
+		c.Duplicates = n.fsm.Duplicates()
+	}
+	return c
 }

@@ -25,6 +25,7 @@ type Node interface {
 	MemberStatuses(ctx context.Context) ([]cluster.MemberStatus, error)
 	Readiness(ctx context.Context) cluster.Readiness
 	ReconcileActions() map[string]uint64
+	RequestCounts() cluster.RequestCounts
 }
 
 var _ Node = (*cluster.Node)(nil)
@@ -190,7 +191,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 
 // raftCollector exposes the node's raft state (Status, read at scrape
 // time), the leader changes it saw, its readiness and the membership as
-// it sees it. Raft's own go-metrics (commit and apply latency, snapshot
+// it sees it, and the requests it forwarded to the leader or its state
+// machine answered as duplicates. Raft's own go-metrics (commit and apply latency, snapshot
 // timings, batch sizes) are bridged separately (gometrics.go).
 type raftCollector struct {
 	node Node
@@ -198,6 +200,7 @@ type raftCollector struct {
 	state, term, commit, applied, lastLog, lastSnap metric
 	lastContact, leaderChanges, hasLeader, ready    metric
 	members, servers, reconcile                     metric
+	forwarded, duplicates                           metric
 }
 
 func newRaftCollector(n Node) *raftCollector {
@@ -215,13 +218,15 @@ func newRaftCollector(n Node) *raftCollector {
 		ready:         gauge("cairn_node_ready", "1 if the node is ready (knows a leader and has applied to within the allowed lag of the leader's commit index; gRPC health SERVING)."),
 		members:       gauge("cairn_members", "Members in this node's view by gossip status (alive, suspect, dead, left, unknown) and raft suffrage (voter, nonvoter, none).", "status", "suffrage"),
 		servers:       gauge("cairn_raft_servers", "Servers in the raft configuration, by suffrage.", "suffrage"),
+		forwarded:     counter("cairn_grpc_forwarded_total", "Requests this node forwarded to the leader (it was a follower), by gRPC method.", "method"),
+		duplicates:    counter("cairn_fsm_duplicate_requests_total", "Writes the state machine recognized as retries of writes already applied (same client_id and seq) and answered with the first result instead of applying again."),
 		reconcile:     counter("cairn_membership_reconcile_actions_total", "Configuration changes this node's reconcile loop decided on while it led, by action (add-nonvoter, promote-voter, demote-voter, remove-server, update-address).", "action"),
 	}
 }
 
 func (c *raftCollector) metrics() []metric {
 	return []metric{c.state, c.term, c.commit, c.applied, c.lastLog, c.lastSnap, c.lastContact,
-		c.leaderChanges, c.hasLeader, c.ready, c.members, c.servers, c.reconcile}
+		c.leaderChanges, c.hasLeader, c.ready, c.members, c.servers, c.reconcile, c.forwarded, c.duplicates}
 }
 
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -258,6 +263,11 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	for action, n := range c.node.ReconcileActions() {
 		c.reconcile.emit(ch, float64(n), action)
 	}
+	rc := c.node.RequestCounts()
+	for method, n := range rc.Forwarded {
+		c.forwarded.emit(ch, float64(n), method)
+	}
+	c.duplicates.emit(ch, float64(rc.Duplicates))
 
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()

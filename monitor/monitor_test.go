@@ -260,7 +260,7 @@ func TestMetricsScrape(t *testing.T) {
 		// raft, from Status and the leader observer
 		"cairn_raft_state", "cairn_raft_term", "cairn_raft_commit_index", "cairn_raft_applied_index",
 		"cairn_raft_last_leader_contact_seconds", "cairn_raft_leader_changes_total", "cairn_raft_has_leader",
-		"cairn_node_ready", "cairn_members", "cairn_raft_servers",
+		"cairn_node_ready", "cairn_members", "cairn_raft_servers", "cairn_fsm_duplicate_requests_total",
 		// raft's go-metrics, bridged
 		"cairn_raft_commitTime", "cairn_raft_fsm_applyBatchNum",
 		// gRPC server interceptors
@@ -285,6 +285,7 @@ func TestMetricsScrape(t *testing.T) {
 	// Writes through a follower move the leader's engine and raft
 	// figures, and both nodes' gRPC counters.
 	fi := (li + 1) % len(nodes)
+	fBefore := scrape(t, urls[fi])
 	conn, err := grpc.NewClient(nodes[fi].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -317,6 +318,9 @@ func TestMetricsScrape(t *testing.T) {
 	fAfter := scrape(t, urls[fi])
 	if got := sum(fAfter, "cairn_grpc_server_handled_total", `grpc_method="Put"`, `grpc_code="OK"`); got < puts {
 		t.Errorf("follower's handled Put = %v, want at least %d", got, puts)
+	}
+	if got := fAfter[`cairn_grpc_forwarded_total{method="Put"}`] - fBefore[`cairn_grpc_forwarded_total{method="Put"}`]; got != puts {
+		t.Errorf("follower's forwarded Put rose by %v, want %d", got, puts)
 	}
 	if got := sum(fAfter, "cairn_grpc_server_handling_seconds_count", `grpc_method="Put"`); got < puts {
 		t.Errorf("follower's Put latency count = %v, want at least %d", got, puts)
