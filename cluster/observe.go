@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -96,6 +97,26 @@ func (n *Node) LeaderChanges() (total uint64, recent []LeaderChange) {
 	w.mu.Unlock()
 	slices.Reverse(recent)
 	return w.changes.Load(), recent
+}
+
+// SnapshotSize returns the size in bytes of the newest snapshot raft's
+// snapshot store retains (0 if it has none): for cairn's store, the length
+// of its stream, the manifest's head and the files it lists. Until the
+// snapshot is first opened (sent or restored), cairn's store has not
+// summed its new files and estimates the head with zero checksums, a few
+// bytes off.
+func (n *Node) SnapshotSize() (int64, error) {
+	if n.fsm == nil {
+		return 0, ErrNotStarted
+	}
+	snaps, err := n.fsm.snaps.List()
+	if err != nil {
+		return 0, fmt.Errorf("cluster: listing snapshots: %w", err)
+	}
+	if len(snaps) == 0 {
+		return 0, nil
+	}
+	return snaps[0].Size, nil
 }
 
 // EngineMetrics returns the storage engine's metrics (read when called).

@@ -26,6 +26,7 @@ type Node interface {
 	Readiness(ctx context.Context) cluster.Readiness
 	ReconcileActions() map[string]uint64
 	RequestCounts() cluster.RequestCounts
+	SnapshotSize() (int64, error)
 }
 
 var _ Node = (*cluster.Node)(nil)
@@ -198,6 +199,7 @@ type raftCollector struct {
 	node Node
 
 	state, term, commit, applied, lastLog, lastSnap metric
+	snapBytes                                       metric
 	lastContact, leaderChanges, hasLeader, ready    metric
 	members, servers, reconcile                     metric
 	forwarded, duplicates                           metric
@@ -212,6 +214,7 @@ func newRaftCollector(n Node) *raftCollector {
 		applied:       gauge("cairn_raft_applied_index", "Index of the last log entry the state machine applied."),
 		lastLog:       gauge("cairn_raft_last_log_index", "Index of the last entry in the node's raft log."),
 		lastSnap:      gauge("cairn_raft_last_snapshot_index", "Index of the node's latest raft snapshot."),
+		snapBytes:     gauge("cairn_raft_snapshot_bytes", "Size of the newest raft snapshot the node retains (0: none yet), as sent to a follower that needs it."),
 		lastContact:   gauge("cairn_raft_last_leader_contact_seconds", "On a follower, time since it last heard from the leader (-1: not since it started); 0 on the leader."),
 		leaderChanges: counter("cairn_raft_leader_changes_total", "Leaders this node saw elected since it started (a new leader, or a new term of the same one)."),
 		hasLeader:     gauge("cairn_raft_has_leader", "1 if the node knows a leader."),
@@ -225,7 +228,7 @@ func newRaftCollector(n Node) *raftCollector {
 }
 
 func (c *raftCollector) metrics() []metric {
-	return []metric{c.state, c.term, c.commit, c.applied, c.lastLog, c.lastSnap, c.lastContact,
+	return []metric{c.state, c.term, c.commit, c.applied, c.lastLog, c.lastSnap, c.snapBytes, c.lastContact,
 		c.leaderChanges, c.hasLeader, c.ready, c.members, c.servers, c.reconcile, c.forwarded, c.duplicates}
 }
 
@@ -252,6 +255,9 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	c.applied.emit(ch, float64(st.GetAppliedIndex()))
 	c.lastLog.emit(ch, float64(st.GetLastLogIndex()))
 	c.lastSnap.emit(ch, float64(st.GetLastSnapshotIndex()))
+	if size, err := c.node.SnapshotSize(); err == nil {
+		c.snapBytes.emit(ch, float64(size))
+	}
 	contact := float64(st.GetLastLeaderContactMs()) / 1000
 	if st.GetLastLeaderContactMs() < 0 {
 		contact = -1

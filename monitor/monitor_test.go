@@ -261,6 +261,7 @@ func TestMetricsScrape(t *testing.T) {
 		"cairn_raft_state", "cairn_raft_term", "cairn_raft_commit_index", "cairn_raft_applied_index",
 		"cairn_raft_last_leader_contact_seconds", "cairn_raft_leader_changes_total", "cairn_raft_has_leader",
 		"cairn_node_ready", "cairn_members", "cairn_raft_servers", "cairn_fsm_duplicate_requests_total",
+		"cairn_raft_snapshot_bytes",
 		// raft's go-metrics, bridged
 		"cairn_raft_commitTime", "cairn_raft_fsm_applyBatchNum",
 		// gRPC server interceptors
