@@ -327,6 +327,21 @@ func TestMetricsScrape(t *testing.T) {
 		t.Errorf("follower's Put latency count = %v, want at least %d", got, puts)
 	}
 
+	// A snapshot flushes the leader's engine (through the listener the
+	// monitor put on it) and leaves a snapshot of the writes.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, _, err := nodes[li].Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snapped := scrape(t, urls[li])
+	if got := snapped["cairn_engine_flush_duration_seconds_count"] - after["cairn_engine_flush_duration_seconds_count"]; got < 1 {
+		t.Errorf("flush duration count rose by %v after a snapshot's flush", got)
+	}
+	if got := snapped["cairn_raft_snapshot_bytes"]; got <= 0 {
+		t.Errorf("snapshot bytes %v after a snapshot", got)
+	}
+
 	// Health endpoints: every node is live and ready.
 	for i, u := range urls {
 		if code, body := httpGet(t, u+"/healthz"); code != http.StatusOK {
