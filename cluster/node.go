@@ -89,6 +89,9 @@ type Node struct {
 	leaders leaderWatch
 	// reconcileActions counts the reconcile loop's actions by kind.
 	reconcileActions kindCounter
+	// forwarded counts the requests forwarded to the leader by gRPC
+	// method (route).
+	forwarded kindCounter
 
 	// members caches the gossip view by ID, refreshed on every membership
 	// change by watchMembers.

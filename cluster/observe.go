@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -98,6 +99,26 @@ func (n *Node) LeaderChanges() (total uint64, recent []LeaderChange) {
 	return w.changes.Load(), recent
 }
 
+// SnapshotSize returns the size in bytes of the newest snapshot raft's
+// snapshot store retains (0 if it has none): for cairn's store, the length
+// of its stream, the manifest's head and the files it lists. Until the
+// snapshot is first opened (sent or restored), cairn's store has not
+// summed its new files and estimates the head with zero checksums, a few
+// bytes off.
+func (n *Node) SnapshotSize() (int64, error) {
+	if n.fsm == nil {
+		return 0, ErrNotStarted
+	}
+	snaps, err := n.fsm.snaps.List()
+	if err != nil {
+		return 0, fmt.Errorf("cluster: listing snapshots: %w", err)
+	}
+	if len(snaps) == 0 {
+		return 0, nil
+	}
+	return snaps[0].Size, nil
+}
+
 // EngineMetrics returns the storage engine's metrics (read when called).
 func (n *Node) EngineMetrics() (*lsm.Metrics, error) {
 	if n.fsm == nil {
@@ -155,6 +176,13 @@ type kindCounter struct {
 	counts map[string]uint64 // REQUIRES: mu
 }
 
+// snapshot returns a copy of the counts.
+func (k *kindCounter) snapshot() map[string]uint64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.counts)
+}
+
 func (k *kindCounter) add(kind string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -168,8 +196,24 @@ func (k *kindCounter) add(kind string) {
 // (membership.ActionKind's names: add-nonvoter, promote-voter, ...) this
 // node's reconcile loop decided on while it led, since it started.
 func (n *Node) ReconcileActions() map[string]uint64 {
-	k := &n.reconcileActions
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return maps.Clone(k.counts)
+	return n.reconcileActions.snapshot()
+}
+
+// RequestCounts count how this node handled requests since it started.
+type RequestCounts struct {
+	// Forwarded counts the requests this node forwarded to the leader,
+	// by gRPC method name (Put, Get, ...).
+	Forwarded map[string]uint64
+	// Duplicates counts the writes this node's state machine applied as
+	// duplicates of writes already applied (fsm.FSM.Duplicates).
+	Duplicates uint64
+}
+
+// RequestCounts returns the node's request counts.
+func (n *Node) RequestCounts() RequestCounts {
+	c := RequestCounts{Forwarded: n.forwarded.snapshot()}
+	if n.fsm != nil {
+		c.Duplicates = n.fsm.Duplicates()
+	}
+	return c
 }

@@ -207,3 +207,37 @@ func TestDuplicateRequestAppliedOnce(t *testing.T) {
 		t.Fatalf("after duplicate txns: %v", got)
 	}
 }
+
+// TestForwardedAndDuplicateRequestsCounted: a follower counts the writes
+// it forwards to the leader by method, the leader counts none; the
+// leader's state machine counts a retried write it answered from the
+// session.
+func TestForwardedAndDuplicateRequestsCounted(t *testing.T) {
+	tc := newTestCluster(t)
+	nodes := tc.formCluster(3, nil)
+	leader := tc.leader()
+	var follower *Node
+	for _, n := range nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	ctx := ctxTimeout(t, 10*time.Second)
+	req := &cairnpb.PutRequest{Key: []byte("f"), Value: []byte("1"), ClientId: "client-f", Seq: 1}
+	const puts = 3
+	for range puts {
+		if _, err := tc.kv(follower).Put(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := follower.RequestCounts().Forwarded["Put"]; got != puts {
+		t.Errorf("follower forwarded %d Puts, want %d", got, puts)
+	}
+	if got := leader.RequestCounts().Forwarded; len(got) != 0 {
+		t.Errorf("leader forwarded %v", got)
+	}
+	if got := leader.RequestCounts().Duplicates; got != puts-1 {
+		t.Errorf("leader's state machine counted %d duplicates, want %d", got, puts-1)
+	}
+}

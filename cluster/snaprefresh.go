@@ -63,10 +63,15 @@ func newCompactionEvents() *compactionEvents {
 	return &compactionEvents{poke: make(chan struct{}, 1)}
 }
 
-// listener returns the engine's event listener, which reports to e and
-// then to next (the configured one, if any).
+// listener returns the engine's event listener: next (the configured one,
+// if any) with its CompactionInstalled preceded by e's.
 func (e *compactionEvents) listener(next *lsm.EventListener) *lsm.EventListener {
-	return &lsm.EventListener{CompactionInstalled: func(info lsm.CompactionInfo) {
+	l := &lsm.EventListener{}
+	if next != nil {
+		*l = *next
+	}
+	nextCompaction := l.CompactionInstalled
+	l.CompactionInstalled = func(info lsm.CompactionInfo) {
 		if len(info.Inputs) > 0 {
 			e.mu.Lock()
 			for _, in := range info.Inputs {
@@ -75,10 +80,11 @@ func (e *compactionEvents) listener(next *lsm.EventListener) *lsm.EventListener 
 			e.mu.Unlock()
 			e.wake()
 		}
-		if next != nil && next.CompactionInstalled != nil {
-			next.CompactionInstalled(info)
+		if nextCompaction != nil {
+			nextCompaction(info)
 		}
-	}}
+	}
+	return l
 }
 
 // wake wakes the refresh loop without waiting.

@@ -186,3 +186,29 @@ func TestCompactionRefreshesSnapshotAtOnce(t *testing.T) {
 		t.Fatalf("snapshots %v after the refresh (%v); want one replacing %v at the same index", after, err, snaps)
 	}
 }
+
+// TestCompactionEventsListenerKeepsConfigured: the snapshot refresh's
+// listener records replaced tables and still passes every event to the
+// configured listener, flushes included (the monitor's histograms).
+func TestCompactionEventsListenerKeepsConfigured(t *testing.T) {
+	var flushes, compactions int
+	e := newCompactionEvents()
+	l := e.listener(&lsm.EventListener{
+		FlushInstalled:      func(lsm.FlushInfo) { flushes++ },
+		CompactionInstalled: func(lsm.CompactionInfo) { compactions++ },
+	})
+	if l.FlushInstalled == nil {
+		t.Fatal("the configured FlushInstalled was dropped")
+	}
+	l.FlushInstalled(lsm.FlushInfo{})
+	l.CompactionInstalled(lsm.CompactionInfo{Inputs: []lsm.TableInfo{{FileName: "000001.sst"}}})
+	if flushes != 1 || compactions != 1 {
+		t.Fatalf("configured listener heard %d flushes and %d compactions, want 1 and 1", flushes, compactions)
+	}
+	if got := e.take(); len(got) != 1 || got[0] != "000001.sst" {
+		t.Fatalf("replaced tables %v, want [000001.sst]", got)
+	}
+	if l := e.listener(nil); l.CompactionInstalled == nil || l.FlushInstalled != nil {
+		t.Fatal("without a configured listener: want only the refresh's CompactionInstalled")
+	}
+}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -95,4 +96,50 @@ func TestSnapshotCatchUpAndRestart(t *testing.T) {
 	}
 	tc.waitReady(tc.live(), 3)
 	assertSameState(t, tc.live())
+}
+
+// TestSnapshotSizeReported: a node reports no snapshot size before its
+// first snapshot, and after it a size that holds the data written (random,
+// so incompressible), close to the one raft reads when it opens the
+// snapshot, and exactly that one once opened.
+func TestSnapshotSizeReported(t *testing.T) {
+	tc := newTestCluster(t)
+	n := tc.formCluster(1, nil)[0]
+	if size, err := n.SnapshotSize(); err != nil || size != 0 {
+		t.Fatalf("before any snapshot: size %d, %v", size, err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	const keys, valueSize = 100, 1024
+	for i := range keys {
+		v := make([]byte, valueSize)
+		for j := range v {
+			v[j] = byte(rng.Uint32())
+		}
+		put(t, tc.kv(n), fmt.Sprintf("s%03d", i), string(v))
+	}
+	if _, _, err := n.Snapshot(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	size, err := n.SnapshotSize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size < keys*valueSize {
+		t.Fatalf("snapshot size %d, less than the %d bytes of values written", size, keys*valueSize)
+	}
+	snaps, err := n.fsm.snaps.List()
+	if err != nil || len(snaps) == 0 {
+		t.Fatalf("listing snapshots: %v, %v", snaps, err)
+	}
+	meta, rc, err := n.fsm.snaps.Open(snaps[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Close()
+	if d := size - meta.Size; d < -meta.Size/100 || d > meta.Size/100 {
+		t.Fatalf("reported snapshot size %d, raft opens one of %d bytes", size, meta.Size)
+	}
+	if size, err = n.SnapshotSize(); err != nil || size != meta.Size {
+		t.Fatalf("once opened: reported snapshot size %d (%v), raft opens one of %d bytes", size, err, meta.Size)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
@@ -91,8 +92,19 @@ func route[Resp any](ctx context.Context, n *Node,
 		if err != nil {
 			return zero, n.toStatus(err)
 		}
+		n.forwarded.add(methodName(ctx))
 		return forward(fctx, cc)
 	}
+}
+
+// methodName returns the name of the gRPC method ctx serves (Put for
+// /cairn.v1.KV/Put), or "unknown" outside a gRPC server.
+func methodName(ctx context.Context) string {
+	m, ok := grpc.Method(ctx)
+	if !ok {
+		return "unknown"
+	}
+	return path.Base(m)
 }
 
 // apply proposes cmd to raft and waits for its result: the FSM's response,

@@ -150,6 +150,7 @@ func (a *applier) command(l *raft.Log, st *appliedState) (interface{}, error) {
 	}
 	if id != "" {
 		if s := f.sessions.get(id); s != nil && seq <= s.seq {
+			f.duplicates.Add(1)
 			return a.duplicate(s, seq)
 		}
 	}

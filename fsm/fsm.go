@@ -70,6 +70,9 @@ type FSM struct {
 	notify notifier
 	// seq numbers checkpoint and staging directories.
 	seq atomic.Uint64
+	// duplicates counts the writes answered from their session (see
+	// Duplicates).
+	duplicates atomic.Uint64
 }
 
 var (
@@ -319,6 +322,13 @@ func (f *FSM) Close() error {
 	f.mu.db = nil
 	return err
 }
+
+// Duplicates returns how many writes this FSM recognized, since it was
+// opened, as already applied (their client_id and seq in a session) and
+// answered with the remembered result, or ErrResultUnavailable, instead of
+// applying them again. Every replica counts the duplicates it applies,
+// and entries replayed after a restart count again.
+func (f *FSM) Duplicates() uint64 { return f.duplicates.Load() }
 
 // Metrics returns the engine's metrics.
 func (f *FSM) Metrics() (*lsm.Metrics, error) {

@@ -25,6 +25,9 @@ func TestDuplicateAppliedOnce(t *testing.T) {
 	if kv := getValue(t, f, "k"); kv.Version != 1 {
 		t.Fatalf("duplicate applied: %v", kv)
 	}
+	if n := f.Duplicates(); n != 1 {
+		t.Fatalf("%d duplicates counted after one retry", n)
+	}
 
 	// Retries in the same batch as the original (its result not yet in the
 	// engine), and a retry of an error result.
@@ -48,6 +51,9 @@ func TestDuplicateAppliedOnce(t *testing.T) {
 	}
 	if kv := getValue(t, f, "k"); kv.Version != 2 {
 		t.Fatalf("k = %v, want version 2", kv)
+	}
+	if n := f.Duplicates(); n != 4 {
+		t.Fatalf("%d duplicates counted, want 4 (three retries in the batch)", n)
 	}
 
 	// Sessions survive a restart.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/internal/rangedel"
@@ -62,6 +63,7 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 		// this they stayed on disk until the next flush or compaction.
 		d.signalCleaner()
 	}()
+	start := time.Now()
 	ve := &version.VersionEdit{}
 	for i, in := range c.inputs {
 		level := c.startLevel
@@ -127,7 +129,7 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 	d.mu.bgCond.Broadcast()
 	d.maybeScheduleBlobGCLocked()
 	d.mu.Unlock()
-	d.compactionInstalled(c)
+	d.compactionInstalled(c, time.Since(start))
 	d.deleteObsoleteFiles()
 	d.mu.Lock()
 	return nil

@@ -54,6 +54,35 @@ func levelTargets(v *version.Version, o *Options) (baseLevel int, targets [versi
 	return baseLevel, targets
 }
 
+// pendingCompactionBytes estimates the bytes compactions will rewrite to
+// bring v's levels within their targets, as RocksDB's
+// EstimateCompactionBytesNeeded does: an L0 at its compaction threshold is
+// merged, whole, with the base level; then from L1 down, the bytes of a
+// level above its target (those it holds, plus what the level above pushes
+// into it) move down one level, rewriting with them their share of the
+// next level (its size over this one's). Levels above the base level have
+// no target: all their bytes move down. The bottom level is never pushed
+// further.
+func pendingCompactionBytes(v *version.Version, o *Options, baseLevel int, targets [version.NumLevels]int64) int64 {
+	var pending, fromL0, incoming float64
+	if len(v.Levels[0]) >= o.L0CompactionThreshold {
+		fromL0 = float64(levelSize(v, 0))
+		pending += fromL0 + float64(levelSize(v, baseLevel))
+	}
+	for l := 1; l < version.NumLevels-1; l++ {
+		size := float64(levelSize(v, l)) + incoming
+		if l == baseLevel {
+			size += fromL0
+		}
+		incoming = 0
+		if excess := size - float64(targets[l]); excess > 0 {
+			incoming = excess
+			pending += excess * (float64(levelSize(v, l+1))/size + 1)
+		}
+	}
+	return int64(pending)
+}
+
 func levelSize(v *version.Version, level int) int64 {
 	var n int64
 	for _, f := range v.Levels[level] {

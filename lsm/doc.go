@@ -27,8 +27,8 @@
 // MaxSubcompactions parts written in parallel. Its output tables are cut at
 // TargetFileSizeBytes and wherever one would overlap more than ten of those
 // in the level below (so that pushing it down later rewrites little);
-// Options.EventListener hears of each compaction installed, with the
-// tables it replaced. Writes slow down (1 ms each)
+// Options.EventListener hears of each flush and compaction installed, with
+// the tables it replaced and how long it took. Writes slow down (1 ms each)
 // when L0 holds L0SlowdownWritesThreshold files and stop while
 // L0StopWritesThreshold files or MemTableStopWritesThreshold full
 // memtables' worth of queued memtables wait; Metrics reports both.

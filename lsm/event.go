@@ -1,6 +1,8 @@
 package lsm
 
 import (
+	"time"
+
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/version"
 )
@@ -22,6 +24,21 @@ type EventListener struct {
 	// may be waiting for this very compaction). Hand the work to another
 	// goroutine.
 	CompactionInstalled func(CompactionInfo)
+
+	// FlushInstalled is called when a flush has installed its L0 table
+	// (none if the memtables held nothing), on the flush goroutine with no
+	// lock held: the same rules as CompactionInstalled apply.
+	FlushInstalled func(FlushInfo)
+}
+
+// FlushInfo describes an installed flush.
+type FlushInfo struct {
+	// Output is the L0 table written; FileName is empty when the flushed
+	// memtables held nothing.
+	Output TableInfo
+	// Duration is the time from the start of the table's write to its
+	// installation in the manifest.
+	Duration time.Duration
 }
 
 // CompactionInfo describes an installed compaction.
@@ -33,6 +50,9 @@ type CompactionInfo struct {
 	// tables it installed. A trivial move installs its input table at
 	// the output level: Inputs is then empty.
 	Inputs, Outputs []TableInfo
+	// Duration is the time from the start of the compaction's write (for
+	// a trivial move: of its manifest edit) to its installation.
+	Duration time.Duration
 }
 
 // TableInfo names a table of the DB and gives its size.
@@ -52,14 +72,29 @@ func tableInfos(files []*version.FileMetadata) []TableInfo {
 
 // compactionInstalled tells the listener, if any, that c was installed.
 // REQUIRES: d.mu not held.
-func (d *DB) compactionInstalled(c *compaction) {
+func (d *DB) compactionInstalled(c *compaction, duration time.Duration) {
 	l := d.opts.EventListener
 	if l == nil || l.CompactionInstalled == nil {
 		return
 	}
-	info := CompactionInfo{StartLevel: c.startLevel, OutputLevel: c.outputLevel, Outputs: tableInfos(c.outputs)}
+	info := CompactionInfo{StartLevel: c.startLevel, OutputLevel: c.outputLevel, Outputs: tableInfos(c.outputs), Duration: duration}
 	if !c.trivialMove {
 		info.Inputs = tableInfos(append(append([]*version.FileMetadata(nil), c.inputs[0]...), c.inputs[1]...))
 	}
 	l.CompactionInstalled(info)
+}
+
+// flushInstalled tells the listener, if any, that a flush that took
+// duration installed meta (nil: no table).
+// REQUIRES: d.mu not held.
+func (d *DB) flushInstalled(meta *version.FileMetadata, duration time.Duration) {
+	l := d.opts.EventListener
+	if l == nil || l.FlushInstalled == nil {
+		return
+	}
+	info := FlushInfo{Duration: duration}
+	if meta != nil {
+		info.Output = tableInfos([]*version.FileMetadata{meta})[0]
+	}
+	l.FlushInstalled(info)
 }

@@ -104,3 +104,60 @@ func TestCompactionInstalledReportsReplacedTables(t *testing.T) {
 		t.Fatal("no compaction reported")
 	}
 }
+
+// TestEventsReportDurations: every flush and compaction the listener
+// hears of carries how long it took, and a flush reports the L0 table it
+// installed, which is on disk.
+func TestEventsReportDurations(t *testing.T) {
+	fs := vfs.NewMem()
+	o := testOptions(fs)
+	o.L0CompactionThreshold, o.L0SlowdownWritesThreshold, o.L0StopWritesThreshold = 1000, 1000, 1000
+	var mu sync.Mutex
+	var flushes []FlushInfo
+	var compactions []CompactionInfo
+	o.EventListener = &EventListener{
+		FlushInstalled: func(info FlushInfo) {
+			mu.Lock()
+			flushes = append(flushes, info)
+			mu.Unlock()
+		},
+		CompactionInstalled: func(info CompactionInfo) {
+			mu.Lock()
+			compactions = append(compactions, info)
+			mu.Unlock()
+		},
+	}
+	d := mustOpen(t, "db", o)
+	defer d.Close()
+	for i := range 3 {
+		for j := range 500 {
+			if err := d.Put(fmt.Appendf(nil, "k%05d", j), fmt.Appendf(nil, "v%d", i), NoSync); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := d.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Compact(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(flushes) < 3 {
+		t.Fatalf("%d flushes reported, want at least 3", len(flushes))
+	}
+	for _, f := range flushes {
+		if f.Duration <= 0 || f.Output.FileName == "" || f.Output.Size <= 0 {
+			t.Errorf("flush reported as %+v", f)
+		}
+	}
+	if len(compactions) == 0 {
+		t.Fatal("no compaction reported")
+	}
+	for _, c := range compactions {
+		if c.Duration <= 0 {
+			t.Errorf("compaction L%d→L%d reported a duration of %v", c.StartLevel, c.OutputLevel, c.Duration)
+		}
+	}
+}

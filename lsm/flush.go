@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/internal/rangedel"
@@ -156,6 +157,7 @@ func (d *DB) flushOneLocked() error {
 	ms := slices.Clone(d.mu.imm)
 	fileNum := d.mu.versions.NewFileNum()
 	d.mu.Unlock()
+	start := time.Now()
 	meta, blobs, err := d.writeMemTables(ms, fileNum)
 	d.mu.Lock()
 	if err != nil {
@@ -191,6 +193,7 @@ func (d *DB) flushOneLocked() error {
 	d.mu.bgCond.Broadcast()
 	d.maybeScheduleCompactionLocked()
 	d.mu.Unlock()
+	d.flushInstalled(meta, time.Since(start))
 	d.deleteObsoleteFiles()
 	d.mu.Lock()
 	return nil

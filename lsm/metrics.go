@@ -36,6 +36,10 @@ type FilterMetrics struct {
 type Metrics struct {
 	Levels    [version.NumLevels]LevelMetrics
 	BaseLevel int
+	// CompactionPendingBytes estimates the bytes compactions must rewrite
+	// to bring every level back within its target (RocksDB's
+	// estimate-pending-compaction-bytes): see pendingCompactionBytes.
+	CompactionPendingBytes int64
 
 	Flushes, Compactions   int64
 	FlushBytes             int64
@@ -112,6 +116,7 @@ func (d *DB) Metrics() *Metrics {
 	v := d.mu.versions.Current()
 	base, targets := levelTargets(v, d.opts)
 	m.BaseLevel = base
+	m.CompactionPendingBytes = pendingCompactionBytes(v, d.opts, base, targets)
 	for l := range v.Levels {
 		lm := &m.Levels[l]
 		lm.NumFiles = len(v.Levels[l])

@@ -25,6 +25,8 @@ type Node interface {
 	MemberStatuses(ctx context.Context) ([]cluster.MemberStatus, error)
 	Readiness(ctx context.Context) cluster.Readiness
 	ReconcileActions() map[string]uint64
+	RequestCounts() cluster.RequestCounts
+	SnapshotSize() (int64, error)
 }
 
 var _ Node = (*cluster.Node)(nil)
@@ -58,7 +60,7 @@ type engineCollector struct {
 	node Node
 
 	levelFiles, levelBytes, levelScore, levelTarget   metric
-	levelRead, levelWritten                           metric
+	levelRead, levelWritten, pending                  metric
 	flushes, compactions, flushBytes                  metric
 	compactRead, compactWritten, ingested, atOpen     metric
 	writeAmp                                          metric
@@ -82,6 +84,7 @@ func newEngineCollector(n Node) *engineCollector {
 		levelTarget:    gauge(p+"level_target_bytes", "Dynamic target size of a level (0 above the base level).", "level"),
 		levelRead:      counter(p+"level_read_bytes_total", "Bytes compactions read from a level.", "level"),
 		levelWritten:   counter(p+"level_written_bytes_total", "Bytes flushes (L0) and compactions wrote into a level.", "level"),
+		pending:        gauge(p+"compaction_pending_bytes", "Estimate of the bytes compactions must rewrite to bring every level within its target (RocksDB's estimated pending compaction bytes)."),
 		flushes:        counter(p+"flushes_total", "Memtable flushes."),
 		compactions:    counter(p+"compactions_total", "Compactions."),
 		flushBytes:     counter(p+"flush_written_bytes_total", "Bytes of tables written by flushes."),
@@ -115,7 +118,7 @@ func newEngineCollector(n Node) *engineCollector {
 
 func (c *engineCollector) metrics() []metric {
 	return []metric{c.levelFiles, c.levelBytes, c.levelScore, c.levelTarget, c.levelRead, c.levelWritten,
-		c.flushes, c.compactions, c.flushBytes, c.compactRead, c.compactWritten, c.ingested, c.atOpen,
+		c.pending, c.flushes, c.compactions, c.flushBytes, c.compactRead, c.compactWritten, c.ingested, c.atOpen,
 		c.writeAmp, c.walBytes, c.walSyncs, c.commitGroups, c.writes, c.stalls, c.stallSeconds,
 		c.memtables, c.memtableBytes, c.cacheCapacity, c.cacheUsage, c.cacheHits, c.cacheMisses,
 		c.filterChecked, c.filterUseful, c.blobFiles, c.blobBytes, c.blobWritten, c.blobGCRead,
@@ -142,6 +145,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		c.levelRead.emit(ch, float64(lm.BytesRead), level)
 		c.levelWritten.emit(ch, float64(lm.BytesWritten), level)
 	}
+	c.pending.emit(ch, float64(m.CompactionPendingBytes))
 	c.flushes.emit(ch, float64(m.Flushes))
 	c.compactions.emit(ch, float64(m.Compactions))
 	c.flushBytes.emit(ch, float64(m.FlushBytes))
@@ -188,14 +192,17 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 
 // raftCollector exposes the node's raft state (Status, read at scrape
 // time), the leader changes it saw, its readiness and the membership as
-// it sees it. Raft's own go-metrics (commit and apply latency, snapshot
+// it sees it, and the requests it forwarded to the leader or its state
+// machine answered as duplicates. Raft's own go-metrics (commit and apply latency, snapshot
 // timings, batch sizes) are bridged separately (gometrics.go).
 type raftCollector struct {
 	node Node
 
 	state, term, commit, applied, lastLog, lastSnap metric
+	snapBytes                                       metric
 	lastContact, leaderChanges, hasLeader, ready    metric
 	members, servers, reconcile                     metric
+	forwarded, duplicates                           metric
 }
 
 func newRaftCollector(n Node) *raftCollector {
@@ -207,19 +214,22 @@ func newRaftCollector(n Node) *raftCollector {
 		applied:       gauge("cairn_raft_applied_index", "Index of the last log entry the state machine applied."),
 		lastLog:       gauge("cairn_raft_last_log_index", "Index of the last entry in the node's raft log."),
 		lastSnap:      gauge("cairn_raft_last_snapshot_index", "Index of the node's latest raft snapshot."),
+		snapBytes:     gauge("cairn_raft_snapshot_bytes", "Size of the newest raft snapshot the node retains (0: none yet), as sent to a follower that needs it."),
 		lastContact:   gauge("cairn_raft_last_leader_contact_seconds", "On a follower, time since it last heard from the leader (-1: not since it started); 0 on the leader."),
 		leaderChanges: counter("cairn_raft_leader_changes_total", "Leaders this node saw elected since it started (a new leader, or a new term of the same one)."),
 		hasLeader:     gauge("cairn_raft_has_leader", "1 if the node knows a leader."),
 		ready:         gauge("cairn_node_ready", "1 if the node is ready (knows a leader and has applied to within the allowed lag of the leader's commit index; gRPC health SERVING)."),
 		members:       gauge("cairn_members", "Members in this node's view by gossip status (alive, suspect, dead, left, unknown) and raft suffrage (voter, nonvoter, none).", "status", "suffrage"),
 		servers:       gauge("cairn_raft_servers", "Servers in the raft configuration, by suffrage.", "suffrage"),
+		forwarded:     counter("cairn_grpc_forwarded_total", "Requests this node forwarded to the leader (it was a follower), by gRPC method.", "method"),
+		duplicates:    counter("cairn_fsm_duplicate_requests_total", "Writes the state machine recognized as retries of writes already applied (same client_id and seq) and answered with the first result instead of applying again."),
 		reconcile:     counter("cairn_membership_reconcile_actions_total", "Configuration changes this node's reconcile loop decided on while it led, by action (add-nonvoter, promote-voter, demote-voter, remove-server, update-address).", "action"),
 	}
 }
 
 func (c *raftCollector) metrics() []metric {
-	return []metric{c.state, c.term, c.commit, c.applied, c.lastLog, c.lastSnap, c.lastContact,
-		c.leaderChanges, c.hasLeader, c.ready, c.members, c.servers, c.reconcile}
+	return []metric{c.state, c.term, c.commit, c.applied, c.lastLog, c.lastSnap, c.snapBytes, c.lastContact,
+		c.leaderChanges, c.hasLeader, c.ready, c.members, c.servers, c.reconcile, c.forwarded, c.duplicates}
 }
 
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -245,6 +255,9 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	c.applied.emit(ch, float64(st.GetAppliedIndex()))
 	c.lastLog.emit(ch, float64(st.GetLastLogIndex()))
 	c.lastSnap.emit(ch, float64(st.GetLastSnapshotIndex()))
+	if size, err := c.node.SnapshotSize(); err == nil {
+		c.snapBytes.emit(ch, float64(size))
+	}
 	contact := float64(st.GetLastLeaderContactMs()) / 1000
 	if st.GetLastLeaderContactMs() < 0 {
 		contact = -1
@@ -256,6 +269,11 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	for action, n := range c.node.ReconcileActions() {
 		c.reconcile.emit(ch, float64(n), action)
 	}
+	rc := c.node.RequestCounts()
+	for method, n := range rc.Forwarded {
+		c.forwarded.emit(ch, float64(n), method)
+	}
+	c.duplicates.emit(ch, float64(rc.Duplicates))
 
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()

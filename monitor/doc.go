@@ -4,10 +4,14 @@
 // and, behind a flag, net/http/pprof.
 //
 // Metrics come from where they are kept, read at scrape time: the engine's
-// lsm.Metrics (cairn_engine_*), the node's raft Status, leader changes and
-// membership view (cairn_raft_*, cairn_members), the gRPC server's
-// interceptors (cairn_grpc_server_*), and hashicorp/raft's and memberlist's
+// lsm.Metrics (cairn_engine_*), the node's raft Status, snapshot store,
+// leader changes and membership view (cairn_raft_*, cairn_members), its
+// request counts (cairn_grpc_forwarded_total,
+// cairn_fsm_duplicate_requests_total), the gRPC server's interceptors
+// (cairn_grpc_server_*), and hashicorp/raft's and memberlist's
 // go-metrics, bridged through go-metrics' Prometheus sink (gometrics.go).
+// Only the engine's flush and compaction durations are observed as they
+// happen, by the listener Monitor.EventListener puts on the engine.
 // Names follow Prometheus conventions: a cairn_ prefix, base units
 // (seconds, bytes) and _total for counters; the bridged go-metrics keep
 // their own names and milliseconds. README.md, "Operating", lists the key

@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
+	"github.com/cairnkv/cairn/lsm"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -34,7 +36,15 @@ type Monitor struct {
 	opts Options
 	reg  *prometheus.Registry
 	grpc *grpcprom.ServerMetrics
+	// flushSeconds and compactionSeconds time the engine's flushes and
+	// compactions (by output level), observed by EventListener's
+	// callbacks as they install.
+	flushSeconds      prometheus.Histogram
+	compactionSeconds *prometheus.HistogramVec
 }
+
+// engineJobBuckets span a flush or compaction: 1ms to about 4 minutes.
+var engineJobBuckets = prometheus.ExponentialBuckets(0.001, 4, 10)
 
 // New returns a monitor whose registry holds the Go runtime and process
 // collectors, the gRPC server metrics and the bridge of raft's and
@@ -53,6 +63,16 @@ func New(opts Options) (*Monitor, error) {
 			grpcprom.WithServerCounterOptions(grpcprom.WithNamespace("cairn")),
 			grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace("cairn")),
 		),
+		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cairn_engine_flush_duration_seconds",
+			Help:    "Time a memtable flush took, from the start of its table's write to its installation.",
+			Buckets: engineJobBuckets,
+		}),
+		compactionSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cairn_engine_compaction_duration_seconds",
+			Help:    "Time a compaction took, from the start of its write to its installation, by the level it wrote (a trivial move, a manifest edit, counts too).",
+			Buckets: engineJobBuckets,
+		}, []string{"output_level"}),
 	}
 	sink, err := goMetricsSink()
 	if err != nil {
@@ -63,6 +83,8 @@ func New(opts Options) (*Monitor, error) {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.grpc,
 		sink,
+		m.flushSeconds,
+		m.compactionSeconds,
 	} {
 		if err := m.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("monitor: %w", err)
@@ -78,6 +100,31 @@ func (m *Monitor) GRPCServerOptions() []grpc.ServerOption {
 		grpc.ChainUnaryInterceptor(m.grpc.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(m.grpc.StreamServerInterceptor()),
 	}
+}
+
+// EventListener returns the engine event listener that times flushes and
+// compactions for the monitor and then calls next's callbacks (next may be
+// nil). Set it as cluster.Config.Engine's EventListener before the node
+// starts.
+func (m *Monitor) EventListener(next *lsm.EventListener) *lsm.EventListener {
+	l := &lsm.EventListener{}
+	if next != nil {
+		*l = *next
+	}
+	nextFlush, nextCompaction := l.FlushInstalled, l.CompactionInstalled
+	l.FlushInstalled = func(info lsm.FlushInfo) {
+		m.flushSeconds.Observe(info.Duration.Seconds())
+		if nextFlush != nil {
+			nextFlush(info)
+		}
+	}
+	l.CompactionInstalled = func(info lsm.CompactionInfo) {
+		m.compactionSeconds.WithLabelValues(strconv.Itoa(info.OutputLevel)).Observe(info.Duration.Seconds())
+		if nextCompaction != nil {
+			nextCompaction(info)
+		}
+	}
+	return l
 }
 
 // Registry returns the monitor's registry.

@@ -19,6 +19,7 @@ import (
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/cluster"
 	"github.com/cairnkv/cairn/cluster/membership"
+	"github.com/cairnkv/cairn/lsm"
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -107,6 +108,7 @@ func startShared() error {
 			return err
 		}
 		cfg.GRPCServerOptions = mon.GRPCServerOptions()
+		cfg.Engine = &lsm.Options{EventListener: mon.EventListener(nil)}
 		n, err := cluster.New(cfg, nil)
 		if err != nil {
 			return err
@@ -254,10 +256,12 @@ func TestMetricsScrape(t *testing.T) {
 		"cairn_engine_cache_misses_total", "cairn_engine_bloom_filter_checked_total", "cairn_engine_bloom_filter_useful_total",
 		"cairn_engine_wal_syncs_total", "cairn_engine_wal_written_bytes_total", "cairn_engine_blob_bytes",
 		"cairn_engine_blob_gc_read_bytes_total", "cairn_engine_writes_total", "cairn_engine_background_error",
+		"cairn_engine_compaction_pending_bytes", "cairn_engine_flush_duration_seconds_count",
 		// raft, from Status and the leader observer
 		"cairn_raft_state", "cairn_raft_term", "cairn_raft_commit_index", "cairn_raft_applied_index",
 		"cairn_raft_last_leader_contact_seconds", "cairn_raft_leader_changes_total", "cairn_raft_has_leader",
-		"cairn_node_ready", "cairn_members", "cairn_raft_servers",
+		"cairn_node_ready", "cairn_members", "cairn_raft_servers", "cairn_fsm_duplicate_requests_total",
+		"cairn_raft_snapshot_bytes",
 		// raft's go-metrics, bridged
 		"cairn_raft_commitTime", "cairn_raft_fsm_applyBatchNum",
 		// gRPC server interceptors
@@ -282,6 +286,7 @@ func TestMetricsScrape(t *testing.T) {
 	// Writes through a follower move the leader's engine and raft
 	// figures, and both nodes' gRPC counters.
 	fi := (li + 1) % len(nodes)
+	fBefore := scrape(t, urls[fi])
 	conn, err := grpc.NewClient(nodes[fi].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -315,8 +320,26 @@ func TestMetricsScrape(t *testing.T) {
 	if got := sum(fAfter, "cairn_grpc_server_handled_total", `grpc_method="Put"`, `grpc_code="OK"`); got < puts {
 		t.Errorf("follower's handled Put = %v, want at least %d", got, puts)
 	}
+	if got := fAfter[`cairn_grpc_forwarded_total{method="Put"}`] - fBefore[`cairn_grpc_forwarded_total{method="Put"}`]; got != puts {
+		t.Errorf("follower's forwarded Put rose by %v, want %d", got, puts)
+	}
 	if got := sum(fAfter, "cairn_grpc_server_handling_seconds_count", `grpc_method="Put"`); got < puts {
 		t.Errorf("follower's Put latency count = %v, want at least %d", got, puts)
+	}
+
+	// A snapshot flushes the leader's engine (through the listener the
+	// monitor put on it) and leaves a snapshot of the writes.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, _, err := nodes[li].Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snapped := scrape(t, urls[li])
+	if got := snapped["cairn_engine_flush_duration_seconds_count"] - after["cairn_engine_flush_duration_seconds_count"]; got < 1 {
+		t.Errorf("flush duration count rose by %v after a snapshot's flush", got)
+	}
+	if got := snapped["cairn_raft_snapshot_bytes"]; got <= 0 {
+		t.Errorf("snapshot bytes %v after a snapshot", got)
 	}
 
 	// Health endpoints: every node is live and ready.
@@ -344,5 +367,48 @@ func TestMetricsScrape(t *testing.T) {
 	defer srv.Close()
 	if code, body := httpGet(t, srv.URL+"/debug/pprof/goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "goroutine profile") {
 		t.Errorf("/debug/pprof/goroutine with Pprof: %d %.200s", code, body)
+	}
+}
+
+// TestEngineEventHistograms: the monitor's event listener times the
+// engine's flushes and compactions (by output level) and still calls the
+// listener it wraps.
+func TestEngineEventHistograms(t *testing.T) {
+	mon, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wrapped int
+	l := mon.EventListener(&lsm.EventListener{CompactionInstalled: func(lsm.CompactionInfo) { wrapped++ }})
+	l.FlushInstalled(lsm.FlushInfo{Duration: 30 * time.Millisecond})
+	l.FlushInstalled(lsm.FlushInfo{Duration: 10 * time.Millisecond})
+	l.CompactionInstalled(lsm.CompactionInfo{OutputLevel: 6, Duration: 2 * time.Second})
+	if wrapped != 1 {
+		t.Fatalf("wrapped listener called %d times, want 1", wrapped)
+	}
+	fams, err := mon.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][2]float64{} // name{labels} -> count, sum
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			if h := m.GetHistogram(); h != nil && strings.HasPrefix(f.GetName(), "cairn_engine_") {
+				key := f.GetName()
+				for _, lp := range m.GetLabel() {
+					key += "{" + lp.GetName() + "=" + lp.GetValue() + "}"
+				}
+				got[key] = [2]float64{float64(h.GetSampleCount()), h.GetSampleSum()}
+			}
+		}
+	}
+	for key, want := range map[string][2]float64{
+		"cairn_engine_flush_duration_seconds":                      {2, 0.04},
+		"cairn_engine_compaction_duration_seconds{output_level=6}": {1, 2},
+	} {
+		g := got[key]
+		if g[0] != want[0] || g[1] < want[1]-1e-9 || g[1] > want[1]+1e-9 {
+			t.Errorf("%s: count %v sum %v, want count %v sum %v (all: %v)", key, g[0], g[1], want[0], want[1], got)
+		}
 	}
 }

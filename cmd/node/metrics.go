@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cairnkv/cairn/cluster"
+	"github.com/cairnkv/cairn/lsm"
 	"github.com/cairnkv/cairn/monitor"
 )
 
@@ -47,6 +48,12 @@ func (o *options) listenMetrics(cfg *cluster.Config) (*metricsServer, error) {
 		return nil, err
 	}
 	cfg.GRPCServerOptions = append(cfg.GRPCServerOptions, mon.GRPCServerOptions()...)
+	engine := lsm.Options{}
+	if cfg.Engine != nil {
+		engine = *cfg.Engine
+	}
+	engine.EventListener = mon.EventListener(engine.EventListener)
+	cfg.Engine = &engine
 	return &metricsServer{mon: mon, lis: lis}, nil
 }
 
