@@ -21,6 +21,9 @@ func MetricsProto(m *lsm.Metrics) *cairnpb.EngineMetrics {
 		BlockCacheHits:      uint64(m.BlockCache.Hits),
 		BlockCacheMisses:    uint64(m.BlockCache.Misses),
 		BlockCacheSizeBytes: uint64(m.BlockCache.Size),
+		BlobCacheHits:       uint64(m.Blob.Cache.Hits),
+		BlobCacheMisses:     uint64(m.Blob.Cache.Misses),
+		BlobCacheSizeBytes:  uint64(m.Blob.Cache.Size),
 	}
 	if m.BackgroundErr != nil {
 		out.BackgroundError = m.BackgroundErr.Error()

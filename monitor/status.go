@@ -51,6 +51,7 @@ type memberRow struct {
 	Term, Commit, Applied       uint64
 	LastContact                 string
 	CacheHitRatio               string
+	BlobCacheHitRatio           string
 	WriteAmp                    string
 	Err                         string
 	Levels                      []levelRow
@@ -135,10 +136,8 @@ func (p *statusPage) data(ctx context.Context) *pageData {
 			row.LastContact = (time.Duration(c) * time.Millisecond).String()
 		}
 		e := st.GetEngine()
-		row.CacheHitRatio = "-"
-		if t := e.GetBlockCacheHits() + e.GetBlockCacheMisses(); t > 0 {
-			row.CacheHitRatio = fmt.Sprintf("%.1f%%", 100*float64(e.GetBlockCacheHits())/float64(t))
-		}
+		row.CacheHitRatio = hitRatio(e.GetBlockCacheHits(), e.GetBlockCacheMisses())
+		row.BlobCacheHitRatio = hitRatio(e.GetBlobCacheHits(), e.GetBlobCacheMisses())
 		row.WriteAmp = fmt.Sprintf("%.2f", e.GetWriteAmplification())
 		for _, l := range e.GetLevels() {
 			lr := levelRow{Name: fmt.Sprintf("L%d", l.GetLevel()), Files: l.GetNumFiles(), Size: humanBytes(l.GetSizeBytes())}
@@ -186,4 +185,12 @@ func humanBytes(n uint64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// hitRatio formats a cache's hit ratio, "-" before any lookup.
+func hitRatio(hits, misses uint64) string {
+	if hits+misses == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(hits)/float64(hits+misses))
 }

@@ -82,6 +82,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if got := strings.Count(dom, `<div class="node">`); got != len(nodes) {
 		t.Errorf("%d LSM shape panels, want %d", got, len(nodes))
 	}
+	if !strings.Contains(dom, "<th>blob cache hits</th>") {
+		t.Error("the members table has no blob cache column")
+	}
 	if !strings.Contains(dom, `<table id="leader-changes">`) || !strings.Contains(dom, "<td>"+leader+"</td>") {
 		t.Errorf("the leader changes table does not name the leader %s", leader)
 	}
@@ -99,6 +102,17 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if *screenshotOut != "" {
 		if err := os.WriteFile(*screenshotOut, png, 0o644); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+func TestHitRatio(t *testing.T) {
+	for _, c := range []struct {
+		hits, misses uint64
+		want         string
+	}{{0, 0, "-"}, {1, 3, "25.0%"}, {2, 0, "100.0%"}} {
+		if got := hitRatio(c.hits, c.misses); got != c.want {
+			t.Errorf("hitRatio(%d, %d) = %q, want %q", c.hits, c.misses, got, c.want)
 		}
 	}
 }

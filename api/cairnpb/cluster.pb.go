@@ -474,8 +474,12 @@ type EngineMetrics struct {
 	// background_error is the engine's sticky background error, if any.
 	BackgroundError string `protobuf:"bytes,14,opt,name=background_error,json=backgroundError,proto3" json:"background_error,omitempty"`
 	BytesAtOpen     uint64 `protobuf:"varint,15,opt,name=bytes_at_open,json=bytesAtOpen,proto3" json:"bytes_at_open,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The blob cache (key-value separation's values).
+	BlobCacheHits      uint64 `protobuf:"varint,16,opt,name=blob_cache_hits,json=blobCacheHits,proto3" json:"blob_cache_hits,omitempty"`
+	BlobCacheMisses    uint64 `protobuf:"varint,17,opt,name=blob_cache_misses,json=blobCacheMisses,proto3" json:"blob_cache_misses,omitempty"`
+	BlobCacheSizeBytes uint64 `protobuf:"varint,18,opt,name=blob_cache_size_bytes,json=blobCacheSizeBytes,proto3" json:"blob_cache_size_bytes,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *EngineMetrics) Reset() {
@@ -609,6 +613,27 @@ func (x *EngineMetrics) GetBackgroundError() string {
 func (x *EngineMetrics) GetBytesAtOpen() uint64 {
 	if x != nil {
 		return x.BytesAtOpen
+	}
+	return 0
+}
+
+func (x *EngineMetrics) GetBlobCacheHits() uint64 {
+	if x != nil {
+		return x.BlobCacheHits
+	}
+	return 0
+}
+
+func (x *EngineMetrics) GetBlobCacheMisses() uint64 {
+	if x != nil {
+		return x.BlobCacheMisses
+	}
+	return 0
+}
+
+func (x *EngineMetrics) GetBlobCacheSizeBytes() uint64 {
+	if x != nil {
+		return x.BlobCacheSizeBytes
 	}
 	return 0
 }
@@ -1902,7 +1927,7 @@ const file_cairnpb_cluster_proto_rawDesc = "" +
 	"\x06engine\x18\f \x01(\v2\x17.cairn.v1.EngineMetricsR\x06engine\x12\x18\n" +
 	"\aversion\x18\r \x01(\tR\aversion\x12<\n" +
 	"\x1bcommit_index_is_lower_bound\x18\x0e \x01(\bR\x17commitIndexIsLowerBound\x123\n" +
-	"\x16last_leader_contact_ms\x18\x0f \x01(\x03R\x13lastLeaderContactMs\"\xc9\x05\n" +
+	"\x16last_leader_contact_ms\x18\x0f \x01(\x03R\x13lastLeaderContactMs\"\xd0\x06\n" +
 	"\rEngineMetrics\x125\n" +
 	"\x06levels\x18\x01 \x03(\v2\x1d.cairn.v1.EngineMetrics.LevelR\x06levels\x12\x1c\n" +
 	"\tmemtables\x18\x02 \x01(\x04R\tmemtables\x12%\n" +
@@ -1919,7 +1944,10 @@ const file_cairnpb_cluster_proto_rawDesc = "" +
 	"\x12block_cache_misses\x18\f \x01(\x04R\x10blockCacheMisses\x123\n" +
 	"\x16block_cache_size_bytes\x18\r \x01(\x04R\x13blockCacheSizeBytes\x12)\n" +
 	"\x10background_error\x18\x0e \x01(\tR\x0fbackgroundError\x12\"\n" +
-	"\rbytes_at_open\x18\x0f \x01(\x04R\vbytesAtOpen\x1ao\n" +
+	"\rbytes_at_open\x18\x0f \x01(\x04R\vbytesAtOpen\x12&\n" +
+	"\x0fblob_cache_hits\x18\x10 \x01(\x04R\rblobCacheHits\x12*\n" +
+	"\x11blob_cache_misses\x18\x11 \x01(\x04R\x0fblobCacheMisses\x121\n" +
+	"\x15blob_cache_size_bytes\x18\x12 \x01(\x04R\x12blobCacheSizeBytes\x1ao\n" +
 	"\x05Level\x12\x14\n" +
 	"\x05level\x18\x01 \x01(\rR\x05level\x12\x1b\n" +
 	"\tnum_files\x18\x02 \x01(\x04R\bnumFiles\x12\x1d\n" +
