@@ -22,7 +22,7 @@ const envMustFail = "CAIRN_JEPSEN"
 // violation within a bounded number of runs. A harness that passes this
 // cluster proves nothing.
 //
-// CAIRN_JEPSEN_RUNS (default 4) bounds the runs, CAIRN_JEPSEN_TIME (default
+// CAIRN_JEPSEN_RUNS (default 10) bounds the runs, CAIRN_JEPSEN_TIME (default
 // 30s) is each run's length; CAIRN_JEPSEN_ALL=1 makes every run happen (to
 // measure "violations in k of n runs") instead of stopping at the first.
 func TestMustFail(t *testing.T) {
@@ -32,7 +32,11 @@ func TestMustFail(t *testing.T) {
 	if ok, why := haveNetControl(); !ok {
 		t.Skipf("no network control: %s", why)
 	}
-	runs := envInt(t, "CAIRN_JEPSEN_RUNS", 4)
+	// A run found a violation in 4 of 5 runs on 2026-12-01 but in 2 of 5
+	// and 1 of 4 on 2026-12-02 (and 0 of 4 in one CI run), after changes
+	// that make followers catch up sooner: 10 runs keep the chance of a
+	// false failure near 0.6^10 ≈ 0.6%; the test stops at the first.
+	runs := envInt(t, "CAIRN_JEPSEN_RUNS", 10)
 	dur := 30 * time.Second
 	if s := os.Getenv("CAIRN_JEPSEN_TIME"); s != "" {
 		d, err := time.ParseDuration(s)
