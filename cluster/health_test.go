@@ -41,13 +41,7 @@ func TestHealthMeansReady(t *testing.T) {
 	}
 
 	leader := tc.leader()
-	var follower *Node
-	for _, n := range nodes {
-		if n != leader {
-			follower = n
-			break
-		}
-	}
+	follower := otherThan(nodes, leader)
 	release := make(chan struct{})
 	stall := func() { <-release }
 	follower.fsm.beforeApply.Store(&stall)

@@ -111,6 +111,17 @@ func (h stopFailureHandler) WithGroup(name string) slog.Handler {
 	return stopFailureHandler{h.Handler.WithGroup(name)}
 }
 
+// otherThan returns the first of nodes that is not n (a follower, when n
+// is the leader), or nil.
+func otherThan(nodes []*Node, n *Node) *Node {
+	for _, o := range nodes {
+		if o != n {
+			return o
+		}
+	}
+	return nil
+}
+
 // testCluster is a set of in-process nodes.
 type testCluster struct {
 	t     testing.TB

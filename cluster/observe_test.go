@@ -32,13 +32,7 @@ func TestLeaderChangesAndMemberStatuses(t *testing.T) {
 		})
 	}
 
-	var follower *Node
-	for _, n := range nodes {
-		if n != next {
-			follower = n
-			break
-		}
-	}
+	follower := otherThan(nodes, next)
 	if err := follower.kill(); err != nil {
 		t.Fatal(err)
 	}

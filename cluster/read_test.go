@@ -331,13 +331,7 @@ func TestConfirmAnswersOnlyItsLeader(t *testing.T) {
 	tc := newTestCluster(t)
 	nodes := tc.formCluster(3, nil)
 	leader := tc.leader()
-	var follower *Node
-	for _, n := range nodes {
-		if n != leader {
-			follower = n
-			break
-		}
-	}
+	follower := otherThan(nodes, leader)
 	c := cairnpb.NewReadIndexClient(tc.conn(follower))
 	term := leader.raft.CurrentTerm()
 	confirm := func(req *cairnpb.ConfirmRequest) (*cairnpb.ConfirmResponse, error) {

@@ -216,13 +216,7 @@ func TestForwardedAndDuplicateRequestsCounted(t *testing.T) {
 	tc := newTestCluster(t)
 	nodes := tc.formCluster(3, nil)
 	leader := tc.leader()
-	var follower *Node
-	for _, n := range nodes {
-		if n != leader {
-			follower = n
-			break
-		}
-	}
+	follower := otherThan(nodes, leader)
 	ctx := ctxTimeout(t, 10*time.Second)
 	req := &cairnpb.PutRequest{Key: []byte("f"), Value: []byte("1"), ClientId: "client-f", Seq: 1}
 	const puts = 3

@@ -26,13 +26,7 @@ func TestRefreshedSnapshotCatchUp(t *testing.T) {
 		c.SnapshotInterval = time.Hour // snapshots only when asked
 	})
 	leader := tc.leader()
-	var follower *Node
-	for _, n := range nodes {
-		if n != leader {
-			follower = n
-			break
-		}
-	}
+	follower := otherThan(nodes, leader)
 	for i := range 20 {
 		put(t, tc.kv(leader), fmt.Sprintf("a%03d", i), "before")
 	}

@@ -25,13 +25,7 @@ func TestSnapshotCatchUpAndRestart(t *testing.T) {
 		// without firstIndexStore (logstore.go).
 	})
 	leader := tc.leader()
-	var follower *Node
-	for _, n := range nodes {
-		if n != leader {
-			follower = n
-			break
-		}
-	}
+	follower := otherThan(nodes, leader)
 	for i := range 20 {
 		put(t, tc.kv(leader), fmt.Sprintf("a%03d", i), "before")
 	}

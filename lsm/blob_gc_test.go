@@ -18,6 +18,12 @@ import (
 
 func gcTestDB(t *testing.T, fs vfs.FS) (*DB, map[string][]byte) {
 	t.Helper()
+	return gcTestDBOverwriting(t, fs, 2)
+}
+
+// gcTestDBOverwriting is gcTestDB overwriting every step-th key.
+func gcTestDBOverwriting(t *testing.T, fs vfs.FS, step int) (*DB, map[string][]byte) {
+	t.Helper()
 	o := blobTestOptions(fs, 64)
 	o.BlobGCDiscardRatio = -1 // GC only when the test says
 	o.BlobGCBytesPerSec = -1
@@ -27,13 +33,25 @@ func gcTestDB(t *testing.T, fs vfs.FS) (*DB, map[string][]byte) {
 	if err := d.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	// Overwrite every other key and compact: half of the first files'
-	// records become garbage the version knows of.
-	putBlobKeys(t, d, model, 2, 1, 500)
+	// Overwrite every step-th key and compact: that share of the first
+	// files' records becomes garbage the version knows of.
+	putBlobKeys(t, d, model, step, 1, 500)
 	if err := d.Compact(nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	return d, model
+}
+
+// blobBytesOnDisk sums the sizes of the blob files nums of DB "db" that
+// are on disk (one may be deleted while the sum is taken).
+func blobBytesOnDisk(fs vfs.FS, nums []base.FileNum) int64 {
+	var total int64
+	for _, n := range nums {
+		if st, err := fs.Stat(base.MakeFilepath("db", base.FileTypeBlob, n)); err == nil {
+			total += st.Size()
+		}
+	}
+	return total
 }
 
 func blobFilesOf(d *DB) []base.FileNum {
@@ -305,22 +323,11 @@ func waitBackgroundIdle(d *DB) {
 // limiter the same GC takes a few milliseconds.
 func TestBlobGCRateLimited(t *testing.T) {
 	fs := vfs.NewMem()
-	o := blobTestOptions(fs, 64)
-	o.BlobGCDiscardRatio = -1
-	o.BlobGCBytesPerSec = -1
-	d := mustOpen(t, "db", o)
-	model := map[string][]byte{}
-	putBlobKeys(t, d, model, 1, 0, 500)
-	if err := d.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	// An eighth of the records become garbage: 1.125× space
 	// amplification, under blobGCDebtSpaceAmp, past which GC stops pacing
 	// itself.
-	putBlobKeys(t, d, model, 8, 1, 500)
-	if err := d.Compact(nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	d, model := gcTestDBOverwriting(t, fs, 8)
+	o := d.opts
 	d.Close()
 	const rate = 256 << 10
 	o.BlobGCBytesPerSec = rate
@@ -399,13 +406,7 @@ func TestBlobSpaceAmpOverTime(t *testing.T) {
 			if (j+1)%2500 != 0 {
 				continue
 			}
-			var total int64
-			for _, n := range listBlobFiles(t, fs, "db") {
-				if st, err := fs.Stat(base.MakeFilepath("db", base.FileTypeBlob, n)); err == nil {
-					total += st.Size()
-				}
-			}
-			samples = append(samples, float64(total)/float64(live))
+			samples = append(samples, float64(blobBytesOnDisk(fs, listBlobFiles(t, fs, "db")))/float64(live))
 		}
 		m := d.Metrics().Blob
 		t.Logf("round %d (%v): amp %.2f %.2f %.2f %.2f; version: %d blob files, %d MiB, live %d MiB, known garbage %d MiB; GC read %d MiB written %d MiB",
@@ -471,15 +472,7 @@ func TestBlobGCUnpacedWhenBehind(t *testing.T) {
 	if err := d.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	amp := func() float64 {
-		var total int64
-		for _, n := range blobFilesOf(d) {
-			if st, err := fs.Stat(base.MakeFilepath("db", base.FileTypeBlob, n)); err == nil {
-				total += st.Size()
-			}
-		}
-		return float64(total) / float64(live)
-	}
+	amp := func() float64 { return float64(blobBytesOnDisk(fs, blobFilesOf(d))) / float64(live) }
 	// GC keeps going, paced, below 1.5× (the bound is on the garbage
 	// compactions have found, so allow a little above it).
 	deadline := time.Now().Add(2 * time.Minute)
