@@ -435,7 +435,7 @@ func startNodes(dir, store string, threshold uint64) ([]*cluster.Node, []func(),
 		m := &meter{}
 		deps := &cluster.Deps{}
 		switch store {
-		case "bolt-unbatched":
+		case "bolt-unbatched", "bolt-batched":
 			s, err := raftboltdb.New(raftboltdb.Options{
 				Path:        filepath.Join(raftDir, "raft.db"),
 				BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
@@ -446,17 +446,9 @@ func startNodes(dir, store string, threshold uint64) ([]*cluster.Node, []func(),
 			closers = append(closers, func() { s.Close() })
 			m.LogStore = s
 			deps.LogStore, deps.StableStore = m, s
-		case "bolt-batched":
-			s, err := raftboltdb.New(raftboltdb.Options{
-				Path:        filepath.Join(raftDir, "raft.db"),
-				BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-			})
-			if err != nil {
-				return nodes, closers, meters, err
+			if store == "bolt-batched" {
+				deps.LogStore = newTrimBatchingStore(m)
 			}
-			closers = append(closers, func() { s.Close() })
-			m.LogStore = s
-			deps.LogStore, deps.StableStore = newTrimBatchingStore(m), s
 		case cluster.LogStoreBoltDB, cluster.LogStoreWAL:
 			ls, ss, c, err := cluster.OpenRaftLogStore(store, raftDir, func(s raft.LogStore) raft.LogStore {
 				if b, ok := s.(*boltlog.Store); ok {
