@@ -17,6 +17,7 @@ import (
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/cluster/membership"
+	"github.com/cairnkv/cairn/internal/testnet"
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
@@ -48,8 +49,9 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// testConfig is a node configuration for loopback tests: free ports, fast
-// raft and gossip timings, a fast reconcile policy.
+// testConfig is a node configuration for loopback tests: addresses that
+// stay free for a restart (package testnet), fast raft and gossip
+// timings, a fast reconcile policy.
 func testConfig(t testing.TB, id string) Config {
 	// A stop that is abandoned is logged in any case, with the stacks of
 	// the goroutines it is stuck on: such a failure is rare and the log is
@@ -61,9 +63,9 @@ func testConfig(t testing.TB, id string) Config {
 	return Config{
 		ID:                 id,
 		DataDir:            filepath.Join(t.TempDir(), id),
-		GRPCAddr:           "127.0.0.1:0",
-		RaftAddr:           "127.0.0.1:0",
-		GossipAddr:         "127.0.0.1:0",
+		GRPCAddr:           testnet.Addr(t),
+		RaftAddr:           testnet.Addr(t),
+		GossipAddr:         testnet.Addr(t),
 		HeartbeatTimeout:   300 * time.Millisecond,
 		ElectionTimeout:    300 * time.Millisecond,
 		LeaderLeaseTimeout: 200 * time.Millisecond,

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -24,6 +23,7 @@ import (
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/cluster"
 	"github.com/cairnkv/cairn/cluster/membership"
+	"github.com/cairnkv/cairn/internal/testnet"
 	"github.com/hashicorp/memberlist"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -108,16 +108,6 @@ func childMain(spec string) int {
 	return 0
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func startChild(t *testing.T, s childSpec) *exec.Cmd {
 	t.Helper()
 	b, _ := json.Marshal(s)
@@ -195,8 +185,8 @@ func killRound(t *testing.T, rng *rand.Rand, phase string) {
 		t.Fatal(err)
 	}
 
-	spec := childSpec{ID: "f", DataDir: filepath.Join(dir, "f"), GRPCAddr: freePort(t), RaftAddr: freePort(t),
-		GossipAddr: freePort(t), Join: []string{leader.GossipAddr()}}
+	spec := childSpec{ID: "f", DataDir: filepath.Join(dir, "f"), GRPCAddr: testnet.Addr(t), RaftAddr: testnet.Addr(t),
+		GossipAddr: testnet.Addr(t), Join: []string{leader.GossipAddr()}}
 	child := startChild(t, spec)
 	var patterns []string
 	switch phase {

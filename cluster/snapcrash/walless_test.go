@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/cluster"
+	"github.com/cairnkv/cairn/internal/testnet"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -27,8 +28,8 @@ func TestKillWithUnflushedWrites(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	spec := childSpec{ID: "solo", DataDir: filepath.Join(dir, "solo"), GRPCAddr: freePort(t), RaftAddr: freePort(t),
-		GossipAddr: freePort(t), Bootstrap: true}
+	spec := childSpec{ID: "solo", DataDir: filepath.Join(dir, "solo"), GRPCAddr: testnet.Addr(t), RaftAddr: testnet.Addr(t),
+		GossipAddr: testnet.Addr(t), Bootstrap: true}
 	child := startChild(t, spec)
 	defer child.Process.Kill()
 	conn, err := grpc.NewClient(spec.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))

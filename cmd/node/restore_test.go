@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cairnkv/cairn/client"
+	"github.com/cairnkv/cairn/internal/testnet"
 )
 
 // serving is a cairn-node running in this process (run in a goroutine).
@@ -69,28 +68,6 @@ func (s *serving) stop(t *testing.T) {
 	}
 }
 
-// freeAddr returns a free loopback address for a node started later. A
-// port the kernel hands out for ":0" could be handed again to another
-// test's ":0" listener or outgoing connection before the node binds it,
-// and CI failed twice with "address already in use", also with ports
-// below the ephemeral range. So it picks a random address in 127.0.0.0/8
-// other than 127.0.0.1, where nothing else here listens or connects from,
-// and a random port below the default ephemeral range (32768-60999).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	for range 1000 {
-		addr := fmt.Sprintf("127.%d.%d.%d:%d", 1+rand.IntN(254), rand.IntN(256), 1+rand.IntN(254), 20000+rand.IntN(12000))
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return addr
-	}
-	t.Fatal("no free loopback address")
-	return ""
-}
-
 func newClient(t *testing.T, endpoints ...string) *client.Client {
 	t.Helper()
 	c, err := client.New(client.Config{Endpoints: endpoints, RequestTimeout: 30 * time.Second})
@@ -127,7 +104,7 @@ func TestRestoreClusterFromBackup(t *testing.T) {
 	backup, info := makeBackup(t, dir, keys)
 
 	// Restore into a new directory.
-	raftAddr := freeAddr(t)
+	raftAddr := testnet.Addr(t)
 	newDir := filepath.Join(dir, "r1")
 	var stdout, stderr bytes.Buffer
 	if code := run(ctx, []string{"restore", "--from", backup, "--data-dir", newDir, "--id", "r1", "--raft-addr", raftAddr}, &stdout, &stderr); code != 0 {
@@ -160,7 +137,7 @@ func TestRestoreClusterFromBackup(t *testing.T) {
 	// Two more nodes join and catch up.
 	var joined []*serving
 	for _, id := range []string{"r2", "r3"} {
-		joined = append(joined, serve(t, "--id", id, "--data-dir", filepath.Join(dir, id), "--raft-addr", freeAddr(t), "--join", r1.gossipAddr))
+		joined = append(joined, serve(t, "--id", id, "--data-dir", filepath.Join(dir, id), "--raft-addr", testnet.Addr(t), "--join", r1.gossipAddr))
 	}
 	for _, j := range joined {
 		waitUntil(t, 90*time.Second, "a joined node to hold every key", func() bool {
@@ -245,7 +222,7 @@ func TestRestoreInitialCluster(t *testing.T) {
 	addrs := map[string]string{}
 	var initial []string
 	for _, id := range ids {
-		addrs[id] = freeAddr(t)
+		addrs[id] = testnet.Addr(t)
 		initial = append(initial, id+"="+addrs[id])
 	}
 	for _, id := range ids {
