@@ -38,8 +38,9 @@ type SeedConfig struct {
 	// Servers is the configuration the new cluster starts with; it must
 	// include ID. Every server in it is seeded from the same backup.
 	Servers []SeedServer
-	// RaftLogStore is the log store the node will use (LogStoreBoltDB
-	// or LogStoreWAL; default bolt).
+	// RaftLogStore is the log store the node will use (LogStoreWAL or
+	// LogStoreBoltDB). Empty means what a node picks for a new data
+	// directory: LogStoreWAL.
 	RaftLogStore string
 	// Backup is the backup stream (client.Backup, `cairn snapshot save`).
 	Backup io.Reader

@@ -25,7 +25,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 	id := fs.String("id", "", "ID of the new node")
 	raftAddr := fs.String("raft-addr", cluster.DefaultRaftAddr, "raft address the new node will advertise (its --advertise-raft-addr, else --raft-addr)")
 	initial := fs.String("initial-cluster", "", "voters of the new cluster as ID=RAFT-ADDR,... (default: this node alone); restore each of them from the same backup")
-	logStore := fs.String("raft-log-store", cluster.LogStoreBoltDB, "raft log store the node will use: boltdb or wal")
+	logStore := fs.String("raft-log-store", cluster.LogStoreWAL, "raft log store the node will use: wal or boltdb (the node's default for a new data directory is wal)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "%s\n\nFlags:\n", restoreUsage)

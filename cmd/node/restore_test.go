@@ -113,6 +113,14 @@ func TestRestoreClusterFromBackup(t *testing.T) {
 	if !strings.Contains(stdout.String(), fmt.Sprintf("at raft index %d", info.AppliedIndex)) {
 		t.Fatalf("restore output %q; want the backup's index %d", stdout.String(), info.AppliedIndex)
 	}
+	// Without --raft-log-store, restore lays down the log store a node
+	// picks for a new data directory: raft-wal, not raft-boltdb.
+	if _, err := os.Stat(filepath.Join(newDir, "raft", "raft.db")); !os.IsNotExist(err) {
+		t.Fatalf("restore made a raft-boltdb log (raft/raft.db: %v); want raft-wal, the default", err)
+	}
+	if _, err := os.Stat(filepath.Join(newDir, "raft", "wal")); err != nil {
+		t.Fatalf("restore made no raft-wal log: %v", err)
+	}
 	// Restoring again into it is refused.
 	stderr.Reset()
 	if code := run(ctx, []string{"restore", "--from", backup, "--data-dir", newDir, "--id", "r1"}, &stdout, &stderr); code == 0 ||
