@@ -43,7 +43,7 @@ var (
 	duration  = flag.Duration("duration", 5*time.Second, "length of each phase")
 	valueSize = flag.Int("value-size", 256, "value size in bytes")
 	numKeys   = flag.Int("keys", 100000, "key space")
-	logStore  = flag.String("raft-log-store", cluster.LogStoreBoltDB, "raft log store: boltdb or wal")
+	logStore  = flag.String("raft-log-store", cluster.LogStoreWAL, "raft log store: wal (a node's default) or boltdb")
 	connsPer  = flag.Int("conns", 4, "gRPC connections per node")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	phases    = flag.String("phases", "put1,put16,put64,put256,putfwd64,lin1,lin64,ser1,ser64", "phases to run")
