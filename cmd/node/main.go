@@ -41,7 +41,7 @@ import (
 	"github.com/cairnkv/cairn/cluster"
 )
 
-const usageLine = "usage: cairn-node [flags] | cairn-node health [--grpc-addr host:port] | cairn-node restore --from BACKUP --data-dir DIR --id ID (-h for help)"
+const usageLine = "usage: cairn-node [flags] | cairn-node health [--grpc-addr host:port] [--cacert CA [--cert CERT --key KEY]] | cairn-node restore --from BACKUP --data-dir DIR --id ID (-h for help)"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
