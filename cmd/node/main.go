@@ -22,6 +22,10 @@
 // directory from a backup, for the first node of a new cluster (README,
 // "Restore a cluster from a backup").
 //
+// --tls-cert, --tls-key and --tls-peer-ca (and, to require client
+// certificates, --tls-client-ca) turn on TLS for the gRPC and raft ports and
+// between nodes (README, "Security").
+//
 // Every flag can also come from a JSON file given with --config, whose keys
 // are the flag names ({"id": "n1", "join": ["a:7381", "b:7381"], ...});
 // flags on the command line win.
