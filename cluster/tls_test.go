@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -390,5 +391,49 @@ func TestTLSServerAuthOnly(t *testing.T) {
 	wrongRoots := clientTLS(t, foreign, nil, "")
 	if err := grpcCall(t, n.GRPCAddr(), credentials.NewTLS(wrongRoots)); status.Code(err) != codes.Unavailable {
 		t.Fatalf("client trusting another CA: %v, want Unavailable", err)
+	}
+}
+
+// A follower that was down while the leader trimmed its log catches up over
+// TLS by InstallSnapshot (a long stream on the TLS raft connection) after a
+// restart, which redials every pooled connection.
+func TestTLSSnapshotCatchUp(t *testing.T) {
+	ca := newTestCA(t, "cluster-ca")
+	tc := newTestCluster(t)
+	tc.clientTLS = clientTLS(t, ca, nil, "")
+	nodes := tc.formCluster(3, func(c *Config) {
+		withTLS(t, c, ca, nil)
+		c.SnapshotThreshold = 64
+		c.TrailingLogs = 16
+		c.SnapshotInterval = time.Hour // snapshots only when asked
+	})
+	leader := tc.leader()
+	follower := otherThan(nodes, leader)
+	fid := follower.ID()
+	if err := follower.kill(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		put(t, tc.kv(leader), fmt.Sprintf("b%03d", i), "while down")
+	}
+	for _, n := range tc.live() {
+		if _, _, err := n.Snapshot(ctxTimeout(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	follower = tc.restart(fid)
+	waitFor(t, 15*time.Second, "the follower to catch up", func() bool {
+		return follower.AppliedIndex() >= tc.leader().AppliedIndex()
+	})
+	if r := follower.fsm.restores.Load(); r != 1 {
+		t.Fatalf("the follower restored %d snapshots, want 1", r)
+	}
+	if got := get(t, tc.kv(follower), "b199", cairnpb.Consistency_SERIALIZABLE).GetKv(); string(got.GetValue()) != "while down" {
+		t.Fatalf("follower: b199 = %v", got)
+	}
+	for _, n := range tc.live() {
+		if r := n.tls.refused.snapshot(); len(r) != 0 {
+			t.Errorf("%s refused peer connections: %v", n.ID(), r)
+		}
 	}
 }
