@@ -25,7 +25,8 @@ import (
 //     a certificate chaining to PeerCAFile or ClientCAFile, and must when
 //     ClientCAFile is set;
 //   - the raft port serves it too, and requires the dialer's certificate
-//     to chain to PeerCAFile;
+//     to chain to PeerCAFile (unless Deps supplies the raft transport,
+//     which is then used as given);
 //   - the node presents it as its client certificate whenever it dials a
 //     peer (raft, forwarding to the leader, read confirmation, status
 //     polls, gossip keyring calls), and requires the peer's certificate to
