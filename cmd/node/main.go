@@ -22,6 +22,10 @@
 // directory from a backup, for the first node of a new cluster (README,
 // "Restore a cluster from a backup").
 //
+// --tls-cert, --tls-key and --tls-peer-ca (and, to require client
+// certificates, --tls-client-ca) turn on TLS for the gRPC and raft ports and
+// between nodes (README, "Security").
+//
 // Every flag can also come from a JSON file given with --config, whose keys
 // are the flag names ({"id": "n1", "join": ["a:7381", "b:7381"], ...});
 // flags on the command line win.
@@ -41,7 +45,7 @@ import (
 	"github.com/cairnkv/cairn/cluster"
 )
 
-const usageLine = "usage: cairn-node [flags] | cairn-node health [--grpc-addr host:port] | cairn-node restore --from BACKUP --data-dir DIR --id ID (-h for help)"
+const usageLine = "usage: cairn-node [flags] | cairn-node health [--grpc-addr host:port] [--cacert CA [--cert CERT --key KEY]] | cairn-node restore --from BACKUP --data-dir DIR --id ID (-h for help)"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
