@@ -209,6 +209,14 @@ type Deps struct {
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
+// Validate reports the first bad field of c, as New would, without
+// opening anything: a command can refuse a bad configuration before it
+// binds a port or creates a file.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
 // withDefaults returns a copy of c with defaults filled in, or an error
 // wrapping ErrInvalidConfig naming the first bad field.
 func (c Config) withDefaults() (Config, error) {

@@ -94,6 +94,10 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	cfg, err := opts.clusterConfig(stderr)
+	if err == nil {
+		// Before the metrics listener: a bad configuration changes nothing.
+		err = cfg.Validate()
+	}
 	if err != nil {
 		return &exitError{2, err}
 	}

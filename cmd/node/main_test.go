@@ -153,10 +153,12 @@ func TestErrorsAreOneLine(t *testing.T) {
 		{"metrics port in use", []string{"--id", "t", "--data-dir", filepath.Join(dir, "d4"), "--grpc-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--metrics-addr", l.Addr().String()}, 1, "metrics address " + l.Addr().String()},
 		{"bad gossip key", []string{"--gossip-key", "c2hvcnQ="}, 2, "--gossip-key"},
 		{"bad store", []string{"--raft-log-store", "x", "--data-dir", filepath.Join(dir, "d0")}, 2, "raft log store"},
-		{"port in use", []string{"--id", "t", "--data-dir", filepath.Join(dir, "d1"), "--grpc-addr", l.Addr().String()}, 1, "address already in use"},
+		{"port in use", []string{"--id", "t", "--data-dir", filepath.Join(dir, "d1"), "--grpc-addr", l.Addr().String(), "--raft-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--metrics-addr", ""}, 1, "address already in use"},
 		{"argument", []string{"extra"}, 2, "unexpected argument"},
 		{"health flag", []string{"health", "--nope"}, 2, "flag provided but not defined"},
 		{"voter cap below floor", []string{"--max-voters", "2", "--data-dir", filepath.Join(dir, "d2")}, 2, "maximum voters 2 (1 once rounded down to odd) is below the minimum voters 3"},
+		// A bad configuration is refused before the metrics port is bound.
+		{"bad config, metrics port in use", []string{"--max-voters", "2", "--data-dir", filepath.Join(dir, "d5"), "--metrics-addr", l.Addr().String()}, 2, "maximum voters 2"},
 		{"negative grace", []string{"--dead-server-grace", "-1s", "--data-dir", filepath.Join(dir, "d3")}, 2, "dead-server grace period -1s < 0"},
 	} {
 		var stdout, stderr bytes.Buffer
