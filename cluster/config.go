@@ -173,6 +173,23 @@ type Config struct {
 	// GossipTune, if set, adjusts memberlist's configuration last.
 	GossipTune func(*memberlist.Config)
 
+	// TLS, if set, turns on TLS for the gRPC port, raft and every
+	// node-to-node connection (see TLSConfig). The zero value is
+	// plaintext.
+	TLS TLSConfig
+
+	// AuthFile, if set, is the authorization policy file (cluster/auth):
+	// every gRPC call but health checks then needs an identity with the
+	// method's role. A file that does not parse fails New. Empty: no
+	// authorization.
+	AuthFile string
+	// AuthPeerToken is the bearer token this node sends on its own calls
+	// to peers (forwarding, read confirmation, status polls, gossip
+	// keyring), for clusters whose nodes cannot recognise each other by
+	// certificate (no TLS.PeerCAFile). The policy must give its hash the
+	// role peer. Never logged.
+	AuthPeerToken string
+
 	// Logger receives the node's, raft's and memberlist's logs; nil
 	// discards them.
 	Logger *slog.Logger
