@@ -195,7 +195,7 @@ func TestAuthConfig(t *testing.T) {
 		{"policy and peer CA", func(c *Config) { c.AuthFile, c.TLS.PeerCAFile = good, ca }, ""},
 		{"no policy", func(c *Config) {}, ""},
 		{"bad policy", func(c *Config) { c.AuthFile, c.AuthPeerToken = bad, peerTok }, "never the token itself"},
-		{"missing policy", func(c *Config) { c.AuthFile, c.AuthPeerToken = bad + ".missing", peerTok }, "no such file"},
+		{"missing policy", func(c *Config) { c.AuthFile, c.AuthPeerToken = bad+".missing", peerTok }, "no such file"},
 		{"no way to recognise peers", func(c *Config) { c.AuthFile = good }, "nodes must recognise each other"},
 		{"peer token without the peer role", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, rwTok }, "role peer"},
 		{"unknown peer token", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, otherTok }, "role peer"},
