@@ -55,8 +55,8 @@ func TestAuthFlags(t *testing.T) {
 		{"token without policy", []string{"--auth-peer-token-file", tokFile}, "--auth-peer-token-file needs --auth-file"},
 		{"empty token", []string{"--auth-file", policy, "--auth-peer-token-file", empty}, "want one token"},
 		{"missing token file", []string{"--auth-file", policy, "--auth-peer-token-file", tokFile + "x"}, "no such file"},
-		{"bad policy", []string{"--data-dir", filepath.Join(dir, "d1"), "--auth-file", badPolicy, "--auth-peer-token-file", tokFile}, `unknown role "root"`},
-		{"no way to recognise peers", []string{"--data-dir", filepath.Join(dir, "d2"), "--auth-file", policy}, "nodes must recognise each other"},
+		{"bad policy", []string{"--metrics-addr", "", "--data-dir", filepath.Join(dir, "d1"), "--auth-file", badPolicy, "--auth-peer-token-file", tokFile}, `unknown role "root"`},
+		{"no way to recognise peers", []string{"--metrics-addr", "", "--data-dir", filepath.Join(dir, "d2"), "--auth-file", policy}, "nodes must recognise each other"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), c.args, &stdout, &stderr)
