@@ -22,6 +22,11 @@ func newAuthorizer(c *Config) (*auth.Authorizer, error) {
 		}
 		return nil, nil
 	}
+	for i := 0; i < len(c.AuthPeerToken); i++ {
+		if b := c.AuthPeerToken[i]; b < 0x21 || b > 0x7e {
+			return nil, fmt.Errorf("%w: the peer token may hold only printable ASCII without spaces (it travels in a gRPC header)", ErrInvalidConfig)
+		}
+	}
 	policy, err := auth.Load(c.AuthFile)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)

@@ -199,6 +199,7 @@ func TestAuthConfig(t *testing.T) {
 		{"no way to recognise peers", func(c *Config) { c.AuthFile = good }, "nodes must recognise each other"},
 		{"peer token without the peer role", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, rwTok }, "role peer"},
 		{"unknown peer token", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, otherTok }, "role peer"},
+		{"peer token with a space", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, "a b" }, "printable ASCII"},
 		{"peer token without policy", func(c *Config) { c.AuthPeerToken = peerTok }, "without an authorization file"},
 		{"bad peer CA file", func(c *Config) { c.AuthFile, c.TLS.PeerCAFile = good, bad }, "no PEM certificate"},
 	} {
