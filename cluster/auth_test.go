@@ -134,15 +134,31 @@ func TestAuthTokens(t *testing.T) {
 		_, err = cairnpb.NewReadIndexClient(cc).Confirm(ctx(), &cairnpb.ConfirmRequest{Term: 1, LeaderId: "x"})
 		wantCode(t, "read-only confirm", err, codes.PermissionDenied, "peer")
 	}
-	// read-write may not administer.
-	_, err := cairnpb.NewClusterClient(tokenConn(t, follower, rw)).Snapshot(ctx(), &cairnpb.SnapshotRequest{})
+	// read-write may not administer, streams (Backup) included.
+	rwAdmin := cairnpb.NewClusterClient(tokenConn(t, follower, rw))
+	_, err := rwAdmin.Snapshot(ctx(), &cairnpb.SnapshotRequest{})
 	wantCode(t, "read-write snapshot", err, codes.PermissionDenied, "admin")
+	if bs, err := rwAdmin.Backup(ctx(), &cairnpb.BackupRequest{}); err == nil {
+		_, err = bs.Recv()
+		wantCode(t, "read-write backup", err, codes.PermissionDenied, "admin")
+	} else {
+		wantCode(t, "read-write backup", err, codes.PermissionDenied, "admin")
+	}
 
 	// admin administers: a snapshot, and a gossip keyring listing that
 	// the node fans out to its peers (as a peer).
 	adm := cairnpb.NewClusterClient(tokenConn(t, follower, admin))
 	if _, err := adm.Snapshot(ctx(), &cairnpb.SnapshotRequest{}); err != nil {
 		t.Fatalf("admin snapshot: %v", err)
+	}
+	bctx, cancel := context.WithTimeout(context.Background(), 20*time.Second*waitSlack)
+	bs, err := adm.Backup(bctx, &cairnpb.BackupRequest{})
+	if err == nil {
+		_, err = bs.Recv() // the first chunk; cancel ends the stream
+	}
+	cancel()
+	if err != nil {
+		t.Fatalf("admin backup: %v", err)
 	}
 	kr, err := adm.GossipKeyring(ctx(), &cairnpb.GossipKeyringRequest{Op: cairnpb.GossipKeyringRequest_LIST})
 	if err != nil {
