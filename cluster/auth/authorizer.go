@@ -67,7 +67,7 @@ func (id Identity) String() string {
 func (a *Authorizer) Identify(ctx context.Context) (id Identity, ok bool, err error) {
 	var cert *Identity
 	if p, found := peer.FromContext(ctx); found {
-		if ti, isTLS := p.AuthInfo.(credentials.TLSInfo); isTLS && len(ti.State.VerifiedChains) > 0 {
+		if ti, isTLS := p.AuthInfo.(credentials.TLSInfo); isTLS && len(ti.State.VerifiedChains) > 0 && len(ti.State.VerifiedChains[0]) > 0 {
 			chains := ti.State.VerifiedChains
 			leaf := chains[0][0]
 			if a.isPeer(leaf, chains) {
@@ -113,6 +113,9 @@ func (a *Authorizer) isPeer(leaf *x509.Certificate, chains [][]*x509.Certificate
 		return false
 	}
 	for _, chain := range chains {
+		if len(chain) == 0 {
+			continue
+		}
 		root := chain[len(chain)-1]
 		// A root in the pool verifies at once, without a signature check.
 		if _, err := root.Verify(x509.VerifyOptions{
