@@ -38,6 +38,12 @@ type Config struct {
 	DialTimeout time.Duration
 	// TLS, if set, secures the connections; nil means plaintext.
 	TLS *tls.Config
+	// Token, if set, is sent with every call as "authorization: Bearer
+	// <token>" metadata, for a cluster with an authorization policy (see
+	// token.go). It is sent over plaintext connections too (tests, dev
+	// clusters on loopback), where anyone on the path can read it: set
+	// TLS for anything else.
+	Token string
 	// ClientID names this client's writes for at-most-once execution
 	// (see the package documentation). Default: a random 128-bit ID, which
 	// is what almost every program wants. Two Clients must never share an
@@ -83,6 +89,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("cairn: no endpoints")
 	}
 	c.Endpoints = eps
+	if err := checkToken(c.Token); err != nil {
+		return c, err
+	}
 	if c.ClientID == "" {
 		var b [16]byte
 		rand.Read(b[:])
@@ -210,6 +219,9 @@ func (c *Client) dialOptions() []grpc.DialOption {
 			},
 			MinConnectTimeout: minConnect,
 		}),
+	}
+	if c.cfg.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(c.cfg.Token)))
 	}
 	return append(opts, c.cfg.DialOptions...)
 }

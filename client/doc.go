@@ -77,8 +77,9 @@
 // Every error of a request is an *Error, carrying the gRPC status:
 // status.Code(err) works, and errors.Is(err, ErrNotFound),
 // ErrInvalidArgument, ErrUnavailable, ErrCompareFailed,
-// ErrFailedPrecondition, ErrResultUnavailable, ErrClosed,
-// context.DeadlineExceeded and context.Canceled test for the usual cases.
+// ErrFailedPrecondition, ErrResultUnavailable, ErrUnauthenticated,
+// ErrPermissionDenied, ErrClosed, context.DeadlineExceeded and
+// context.Canceled test for the usual cases.
 // Arguments the client can check itself (an empty key, a key over
 // cairnpb.MaxKeySize, an option given to a call it does not apply to) fail
 // with ErrInvalidArgument without a request.

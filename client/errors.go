@@ -36,6 +36,13 @@ var (
 	// session's result limit). The write took effect; only its response is
 	// lost.
 	ErrResultUnavailable = errors.New("cairn: write applied but its result is no longer available")
+	// ErrUnauthenticated: the cluster requires credentials (an
+	// authorization policy) and the request had none, or an unknown
+	// token (Config.Token, Config.TLS).
+	ErrUnauthenticated = errors.New("cairn: unauthenticated")
+	// ErrPermissionDenied: the request's identity lacks the role the call
+	// needs (the message names it).
+	ErrPermissionDenied = errors.New("cairn: permission denied")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("cairn: client closed")
 )
@@ -48,6 +55,8 @@ var (
 // (ErrNotFound for NotFound, ErrInvalidArgument for InvalidArgument,
 // ErrUnavailable for Unavailable, ErrFailedPrecondition for
 // FailedPrecondition, ErrResultUnavailable for AlreadyExists,
+// ErrUnauthenticated for Unauthenticated, ErrPermissionDenied for
+// PermissionDenied,
 // context.DeadlineExceeded for DeadlineExceeded, context.Canceled for
 // Canceled) and for the context's error if it ended the retries.
 type Error struct {
@@ -176,6 +185,10 @@ func kindOf(c codes.Code) error {
 		return ErrFailedPrecondition
 	case codes.AlreadyExists:
 		return ErrResultUnavailable
+	case codes.Unauthenticated:
+		return ErrUnauthenticated
+	case codes.PermissionDenied:
+		return ErrPermissionDenied
 	}
 	return nil
 }

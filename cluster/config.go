@@ -178,6 +178,18 @@ type Config struct {
 	// plaintext.
 	TLS TLSConfig
 
+	// AuthFile, if set, is the authorization policy file (cluster/auth):
+	// every gRPC call but health checks then needs an identity with the
+	// method's role. A file that does not parse fails New. Empty: no
+	// authorization.
+	AuthFile string
+	// AuthPeerToken is the bearer token this node sends on its own calls
+	// to peers (forwarding, read confirmation, status polls, gossip
+	// keyring), for clusters whose nodes cannot recognise each other by
+	// certificate (no TLS.PeerCAFile). The policy must give its hash the
+	// role peer. Never logged.
+	AuthPeerToken string
+
 	// Logger receives the node's, raft's and memberlist's logs; nil
 	// discards them.
 	Logger *slog.Logger

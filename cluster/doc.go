@@ -209,6 +209,17 @@
 // reports the peer alive again the backoff is cut short, so the peer reads
 // as healthy as soon as it is back.
 //
+// # Authorization
+//
+// With Config.AuthFile, the gRPC server's interceptors (auth.go, package
+// cluster/auth) refuse every call but health checks whose caller lacks the
+// method's role. They run after the deadline limit and the metrics
+// interceptors, so refused calls are counted. A client is authorized by
+// the node it called; a follower forwards to the leader as itself, a
+// peer, recognised by its node certificate (TLS) or by the peer token
+// (Config.AuthPeerToken) that every connection to a peer carries. New
+// refuses a policy under which the nodes could not recognise each other.
+//
 // # Ports
 //
 // Defaults: gRPC 127.0.0.1:7379, raft 127.0.0.1:7380, gossip (TCP and

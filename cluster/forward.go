@@ -34,6 +34,9 @@ type forwarder struct {
 		sync.Mutex
 		conns  map[string]*grpc.ClientConn
 		closed bool
+		// dialOpts are added to every new connection's options (the
+		// peer token: cluster/auth.go).
+		dialOpts []grpc.DialOption
 	}
 }
 
@@ -59,7 +62,7 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: peerConnectBackoff, MinConnectTimeout: 20 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(f.maxMsg), grpc.MaxCallSendMsgSize(f.maxMsg)),
 	}, peerDialOptions...)
-	c, err := grpc.NewClient(addr, opts...)
+	c, err := grpc.NewClient(addr, append(opts, f.mu.dialOpts...)...)
 	if err != nil {
 		return nil, err
 	}

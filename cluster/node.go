@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
+	"github.com/cairnkv/cairn/cluster/auth"
 	"github.com/cairnkv/cairn/cluster/membership"
 	"github.com/cairnkv/cairn/fsm"
 	"github.com/cairnkv/cairn/fsm/snapstore"
@@ -120,6 +121,8 @@ type Node struct {
 	// compactions hears the engine's compactions, for the snapshot
 	// refresh (snaprefresh.go).
 	compactions *compactionEvents
+	// auth authorizes gRPC calls (nil without Config.AuthFile).
+	auth *auth.Authorizer
 
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
@@ -137,6 +140,9 @@ func New(cfg Config, deps *Deps) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: c, log: c.Logger.With("node", c.ID)}
+	if n.auth, err = newAuthorizer(&n.cfg); err != nil {
+		return nil, err
+	}
 	if deps != nil {
 		n.deps = *deps
 	}
@@ -319,7 +325,10 @@ func (n *Node) Start() (err error) {
 	if n.tls != nil {
 		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(n.tls.grpcServerConfig())))
 	}
-	n.grpc = grpc.NewServer(append(serverOpts, c.GRPCServerOptions...)...)
+	// Authorization runs after the limits and the metrics interceptors
+	// (GRPCServerOptions), so that refused calls are counted.
+	serverOpts = append(append(serverOpts, c.GRPCServerOptions...), n.authOptions()...)
+	n.grpc = grpc.NewServer(serverOpts...)
 	cairnpb.RegisterKVServer(n.grpc, &kvService{n: n})
 	cairnpb.RegisterClusterServer(n.grpc, &clusterService{n: n})
 	cairnpb.RegisterReadIndexServer(n.grpc, &readIndexService{n: n})

@@ -74,6 +74,9 @@ func layeringViolation(pkg, imp string) string {
 			return "data flows client → api → cluster → fsm → lsm, never back"
 		}
 	}
+	if pkg == "cluster/auth" && strings.HasPrefix(imp, mod) && imp != mod+"api/cairnpb" {
+		return "cluster/auth decides from the request alone: it imports only the API's method names"
+	}
 	if imp == mod+"monitor" && !strings.HasPrefix(pkg, "cmd/") {
 		return "monitor reads a running node from outside: only the commands wire it in"
 	}

@@ -8,7 +8,8 @@
 //	cairn bench put --clients 16 --duration 10s
 //
 // It talks to the nodes named by --endpoints (or $CAIRN_ENDPOINTS; default
-// 127.0.0.1:7379, a node started with no flags). Run `cairn --help` or
+// 127.0.0.1:7379, a node started with no flags). A cluster with an
+// authorization policy needs --token (or $CAIRN_TOKEN). Run `cairn --help` or
 // `cairn COMMAND --help` for every command, with examples.
 //
 // Exit codes: 0 on success; 1 when the command failed (one line on stderr

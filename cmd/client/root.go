@@ -17,9 +17,14 @@ import (
 // envEndpoints is the environment variable that sets --endpoints.
 const envEndpoints = "CAIRN_ENDPOINTS"
 
+// envToken is the environment variable that sets --token (preferred: a
+// flag's value shows in the process list).
+const envToken = "CAIRN_TOKEN"
+
 // globals are the flags every command has, and the command's outputs.
 type globals struct {
 	endpoints string
+	token     string
 	timeout   time.Duration
 	output    string
 	hex       bool
@@ -47,6 +52,8 @@ It talks to the nodes given by --endpoints (comma-separated host:port gRPC
 addresses; default $` + envEndpoints + `, else 127.0.0.1:7379, the address of a node
 started with no flags). It finds the leader by itself and retries through
 leader changes until --timeout; a retried write is applied at most once.
+A cluster with an authorization policy needs a bearer token: --token, or
+better $` + envToken + ` (a flag shows in the process list).
 
 Keys and values are arbitrary bytes. Output escapes bytes that are not
 printable UTF-8 (\xNN, \n, \\); with --hex, keys and values are hex both in
@@ -89,6 +96,8 @@ Exit codes: 0 success; 1 failure (one line on stderr says why), including
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.endpoints, "endpoints", client.DefaultEndpoint, "comma-separated gRPC addresses of cluster nodes (or $"+envEndpoints+")")
+	pf.StringVar(&g.token, "token", "", "bearer token of a cluster with an authorization policy (or $"+envToken+", which keeps it out of the process list); "+
+		"sent over plaintext unless the connection uses TLS")
 	pf.DurationVar(&g.timeout, "timeout", 5*time.Second, "how long one request may take, retries included (scan: each page; bench: each operation; "+
 		"snapshot take: 10m, snapshot save and backup: 24h, unless set)")
 	pf.StringVarP(&g.output, "output", "o", outTable, "output format: table or json (get: also raw)")
@@ -152,13 +161,22 @@ func (g *globals) endpointList() []string {
 	return eps
 }
 
+// bearerToken returns the token: the flag if set, else the environment
+// variable.
+func (g *globals) bearerToken() string {
+	if g.flags.Changed("token") {
+		return g.token
+	}
+	return strings.TrimSpace(os.Getenv(envToken))
+}
+
 // withClient runs f with a client of the endpoints, closed afterwards.
 func (g *globals) withClient(f func(c *client.Client) error) error {
 	eps := g.endpointList()
 	if len(eps) == 0 {
 		return usagef("no endpoints (set --endpoints or $%s)", envEndpoints)
 	}
-	c, err := client.New(client.Config{Endpoints: eps, MaxRetryBackoff: 500 * time.Millisecond, DialOptions: testDialOptions})
+	c, err := client.New(client.Config{Endpoints: eps, Token: g.bearerToken(), MaxRetryBackoff: 500 * time.Millisecond, DialOptions: testDialOptions})
 	if err != nil {
 		return usageError{err}
 	}

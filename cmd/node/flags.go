@@ -40,6 +40,7 @@ type options struct {
 	raftStorage                             raftStorageFlags
 	security                                securityFlags
 	tls                                     tlsFlags
+	auth                                    authFlags
 	policy                                  policyFlags
 	fs                                      *flag.FlagSet
 	explicitlySet                           map[string]bool // flags the command line or the file set
@@ -78,6 +79,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	o.raftStorage.register(fs)
 	o.security.register(fs)
 	o.tls.register(fs)
+	o.auth.register(fs)
 	fs.Usage = func() {} // errors are reported in one line; -h prints printUsage
 	return fs
 }
@@ -242,6 +244,9 @@ func (o *options) clusterConfig(stderr io.Writer) (cluster.Config, error) {
 		return cluster.Config{}, err
 	}
 	if err := o.tls.apply(&cfg); err != nil {
+		return cluster.Config{}, err
+	}
+	if err := o.auth.apply(&cfg, logger); err != nil {
 		return cluster.Config{}, err
 	}
 	return cfg, nil

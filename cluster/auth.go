@@ -1,0 +1,89 @@
+package cluster
+
+import (
+	"crypto/x509"
+	"fmt"
+	"os"
+
+	"github.com/cairnkv/cairn/cluster/auth"
+	"google.golang.org/grpc"
+)
+
+// newAuthorizer loads Config.AuthFile's policy (nil, nil without one) and
+// checks that the nodes of the cluster can recognise each other under it:
+// by certificate (TLS.PeerCAFile) or by AuthPeerToken, which the policy
+// must give the role peer. Without either, every call a node makes to a
+// peer (forwarding, read confirmation, status polls) would be refused, so
+// the node refuses to start instead.
+func newAuthorizer(c *Config) (*auth.Authorizer, error) {
+	if c.AuthFile == "" {
+		if c.AuthPeerToken != "" {
+			return nil, fmt.Errorf("%w: a peer token without an authorization file", ErrInvalidConfig)
+		}
+		return nil, nil
+	}
+	for i := 0; i < len(c.AuthPeerToken); i++ {
+		if b := c.AuthPeerToken[i]; b < 0x21 || b > 0x7e {
+			return nil, fmt.Errorf("%w: the peer token may hold only printable ASCII without spaces (it travels in a gRPC header)", ErrInvalidConfig)
+		}
+	}
+	policy, err := auth.Load(c.AuthFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	peerCAs, err := peerCAPool(*c)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	switch {
+	case c.AuthPeerToken != "" && !policy.HasPeerToken(c.AuthPeerToken):
+		return nil, fmt.Errorf("%w: authorization file %s does not give this node's peer token the role peer (add its %s... hash with \"peer\")",
+			ErrInvalidConfig, c.AuthFile, auth.TokenHashPrefix)
+	case peerCAs == nil && c.AuthPeerToken == "":
+		return nil, fmt.Errorf("%w: with an authorization file, nodes must recognise each other: "+
+			"give them TLS certificates of a peer CA (--tls-peer-ca) or a peer token (--auth-peer-token-file)", ErrInvalidConfig)
+	}
+	certs, tokens := policy.Counts()
+	c.Logger.Info("cluster: authorization on", "file", c.AuthFile, "cert_identities", certs, "tokens", tokens,
+		"peers_by_certificate", peerCAs != nil, "peer_token", c.AuthPeerToken != "")
+	return auth.New(policy, peerCAs), nil
+}
+
+// peerCAPool returns the cluster CA certificates of Config.TLS.PeerCAFile,
+// nil without one.
+func peerCAPool(c Config) (*x509.CertPool, error) {
+	if c.TLS.PeerCAFile == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(c.TLS.PeerCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("peer CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("peer CA file %s: no PEM certificate in it", c.TLS.PeerCAFile)
+	}
+	return pool, nil
+}
+
+// authOptions returns the gRPC server options of authorization (none
+// without Config.AuthFile), and makes the node's own calls to peers carry
+// its peer token (Config.AuthPeerToken), if it has one. A follower
+// forwards a client's request as itself: the client was authorized here,
+// and the leader sees a peer.
+func (n *Node) authOptions() []grpc.ServerOption {
+	if n.auth == nil {
+		return nil
+	}
+	if t := n.cfg.AuthPeerToken; t != "" {
+		n.fwd.setDialOptions(grpc.WithPerRPCCredentials(auth.TokenCredentials(t)))
+	}
+	return n.auth.ServerOptions()
+}
+
+// setDialOptions adds opts to those of every connection f makes from now.
+func (f *forwarder) setDialOptions(opts ...grpc.DialOption) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.dialOpts = append(f.mu.dialOpts, opts...)
+}

@@ -1,0 +1,264 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cairnkv/cairn/api/cairnpb"
+	"github.com/cairnkv/cairn/cluster/auth"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+// writePolicy writes an authorization policy giving each token its role.
+func writePolicy(t testing.TB, tokens map[string]string) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(`{"certs": {"admin": "admin"}, "tokens": {`)
+	first := true
+	for tok, role := range tokens {
+		if !first {
+			b.WriteString(",")
+		}
+		first = false
+		b.WriteString(`"` + auth.HashToken(tok) + `": "` + role + `"`)
+	}
+	b.WriteString("}}")
+	name := filepath.Join(t.TempDir(), "auth.json")
+	if err := os.WriteFile(name, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// tokenConn dials n sending token ("" none) with every call.
+func tokenConn(t testing.TB, n *Node, token string) *grpc.ClientConn {
+	t.Helper()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.TokenCredentials(token)))
+	}
+	cc, err := grpc.NewClient(n.GRPCAddr(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// wantCode fails the test unless err has code want (and, for
+// PermissionDenied, names the role needed).
+func wantCode(t testing.TB, what string, err error, want codes.Code, role string) {
+	t.Helper()
+	if got := status.Code(err); got != want {
+		t.Fatalf("%s: %v, want %v", what, err, want)
+	}
+	if want == codes.PermissionDenied && !strings.Contains(status.Convert(err).Message(), "needs role "+role) {
+		t.Fatalf("%s: %v does not name the role needed (%s)", what, err, role)
+	}
+}
+
+// TestAuthTokens runs a 3-node plaintext cluster with an authorization
+// policy of bearer tokens; the nodes recognise each other by their peer
+// token, so that followers forward and the leader confirms reads.
+func TestAuthTokens(t *testing.T) {
+	const ro, rw, admin, peerTok = "ro-token", "rw-token", "admin-token", "peer-token"
+	policy := writePolicy(t, map[string]string{ro: "read-only", rw: "read-write", admin: "admin", peerTok: "peer"})
+	tc := newTestCluster(t)
+	nodes := tc.formCluster(3, func(c *Config) {
+		c.AuthFile, c.AuthPeerToken = policy, peerTok
+		c.GossipKey = bytes.Repeat([]byte{7}, 16) // for the keyring fan-out below
+	})
+	// Every method the node serves has a role.
+	if err := auth.CheckCovered(nodes[0].grpc.GetServiceInfo()); err != nil {
+		t.Fatal(err)
+	}
+	leader := tc.leader()
+	follower := otherThan(nodes, leader)
+	ctx := func() context.Context { return ctxTimeout(t, 20*time.Second*waitSlack) }
+
+	// read-write writes, on the leader and through a follower (which
+	// forwards as a peer).
+	for i, n := range []*Node{leader, follower} {
+		kv := cairnpb.NewKVClient(tokenConn(t, n, rw))
+		key := []string{"via-leader", "via-follower"}[i]
+		put(t, kv, key, "v")
+		resp := get(t, kv, key, cairnpb.Consistency_LINEARIZABLE)
+		if string(resp.GetKv().GetValue()) != "v" {
+			t.Fatalf("get %s via %s: %v", key, n.ID(), resp)
+		}
+	}
+
+	// read-only reads, linearizable ones through a follower too (forwarded,
+	// and confirmed by the leader with its peers), but writes nothing and
+	// administers nothing.
+	for _, n := range []*Node{leader, follower} {
+		cc := tokenConn(t, n, ro)
+		kv := cairnpb.NewKVClient(cc)
+		for _, cons := range []cairnpb.Consistency{cairnpb.Consistency_LINEARIZABLE, cairnpb.Consistency_SERIALIZABLE} {
+			waitFor(t, 10*time.Second, "read-only reads", func() bool {
+				r, err := kv.Get(ctx(), &cairnpb.GetRequest{Key: []byte("via-follower"), Consistency: cons})
+				if err != nil && !retryable(err) {
+					t.Fatalf("read-only get via %s: %v", n.ID(), err)
+				}
+				return err == nil && string(r.GetKv().GetValue()) == "v"
+			})
+		}
+		if _, err := cairnpb.NewClusterClient(cc).Status(ctx(), &cairnpb.StatusRequest{}); err != nil {
+			t.Fatalf("read-only status: %v", err)
+		}
+		_, err := kv.Put(ctx(), &cairnpb.PutRequest{Key: []byte("k"), Value: []byte("v"), ClientId: "ro", Seq: 1})
+		wantCode(t, "read-only put via "+n.ID(), err, codes.PermissionDenied, "read-write")
+		_, err = kv.Txn(ctx(), &cairnpb.TxnRequest{})
+		wantCode(t, "read-only txn", err, codes.PermissionDenied, "read-write")
+		_, err = cairnpb.NewClusterClient(cc).TransferLeader(ctx(), &cairnpb.TransferLeaderRequest{})
+		wantCode(t, "read-only transfer-leader", err, codes.PermissionDenied, "admin")
+		_, err = cairnpb.NewClusterClient(cc).RemoveMember(ctx(), &cairnpb.RemoveMemberRequest{Id: otherThan(nodes, n).ID()})
+		wantCode(t, "read-only remove-member", err, codes.PermissionDenied, "admin")
+		_, err = cairnpb.NewReadIndexClient(cc).Confirm(ctx(), &cairnpb.ConfirmRequest{Term: 1, LeaderId: "x"})
+		wantCode(t, "read-only confirm", err, codes.PermissionDenied, "peer")
+	}
+	// read-write may not administer, streams (Backup) included.
+	rwAdmin := cairnpb.NewClusterClient(tokenConn(t, follower, rw))
+	_, err := rwAdmin.Snapshot(ctx(), &cairnpb.SnapshotRequest{})
+	wantCode(t, "read-write snapshot", err, codes.PermissionDenied, "admin")
+	if bs, err := rwAdmin.Backup(ctx(), &cairnpb.BackupRequest{}); err == nil {
+		_, err = bs.Recv()
+		wantCode(t, "read-write backup", err, codes.PermissionDenied, "admin")
+	} else {
+		wantCode(t, "read-write backup", err, codes.PermissionDenied, "admin")
+	}
+
+	// admin administers: a snapshot, and a gossip keyring listing that
+	// the node fans out to its peers (as a peer).
+	adm := cairnpb.NewClusterClient(tokenConn(t, follower, admin))
+	if _, err := adm.Snapshot(ctx(), &cairnpb.SnapshotRequest{}); err != nil {
+		t.Fatalf("admin snapshot: %v", err)
+	}
+	bctx, cancel := context.WithTimeout(context.Background(), 20*time.Second*waitSlack)
+	bs, err := adm.Backup(bctx, &cairnpb.BackupRequest{})
+	if err == nil {
+		_, err = bs.Recv() // the first chunk; cancel ends the stream
+	}
+	cancel()
+	if err != nil {
+		t.Fatalf("admin backup: %v", err)
+	}
+	kr, err := adm.GossipKeyring(ctx(), &cairnpb.GossipKeyringRequest{Op: cairnpb.GossipKeyringRequest_LIST})
+	if err != nil {
+		t.Fatalf("admin keyring list: %v", err)
+	}
+	if len(kr.GetNodes()) != 3 {
+		t.Fatalf("keyring list answered for %d nodes: %v", len(kr.GetNodes()), kr)
+	}
+	for _, nd := range kr.GetNodes() {
+		if nd.GetError() != "" {
+			t.Fatalf("keyring list: node %s: %s", nd.GetNodeId(), nd.GetError())
+		}
+	}
+
+	// No token, or an unknown one: Unauthenticated; health checks stay
+	// open.
+	for _, tok := range []string{"", "guess"} {
+		cc := tokenConn(t, follower, tok)
+		_, err := cairnpb.NewKVClient(cc).Get(ctx(), &cairnpb.GetRequest{Key: []byte("via-leader")})
+		wantCode(t, "get with token "+tok, err, codes.Unauthenticated, "")
+		_, err = cairnpb.NewKVClient(cc).Put(ctx(), &cairnpb.PutRequest{Key: []byte("k"), Value: []byte("v"), ClientId: "x", Seq: 1})
+		wantCode(t, "put with token "+tok, err, codes.Unauthenticated, "")
+		if _, err := healthpb.NewHealthClient(cc).Check(ctx(), &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatalf("health check without a token: %v", err)
+		}
+		if strings.Contains(status.Convert(err).Message(), "guess") {
+			t.Fatalf("the token shows in %v", err)
+		}
+	}
+	// Nothing a refused write asked for happened.
+	if r := get(t, cairnpb.NewKVClient(tokenConn(t, leader, rw)), "k", cairnpb.Consistency_LINEARIZABLE); r.GetKv() != nil {
+		t.Fatalf("a refused put wrote: %v", r)
+	}
+}
+
+// TestAuthConfig: a node refuses to start with a bad policy, or with one
+// under which its peers could not call it.
+func TestAuthConfig(t *testing.T) {
+	const peerTok, rwTok, otherTok = "peer-token-xyz", "rw-token-xyz", "other-token-xyz"
+	good := writePolicy(t, map[string]string{peerTok: "peer", rwTok: "read-write"})
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(bad, []byte(`{"tokens": {"rw": "read-write"}}`), 0o600)
+	ca := writeTestCA(t)
+	for _, c := range []struct {
+		name string
+		set  func(*Config)
+		want string // "" for success
+	}{
+		{"policy and peer token", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, peerTok }, ""},
+		{"policy and peer CA", func(c *Config) { c.AuthFile, c.TLS.PeerCAFile = good, ca }, ""},
+		{"no policy", func(c *Config) {}, ""},
+		{"bad policy", func(c *Config) { c.AuthFile, c.AuthPeerToken = bad, peerTok }, "never the token itself"},
+		{"missing policy", func(c *Config) { c.AuthFile, c.AuthPeerToken = bad+".missing", peerTok }, "no such file"},
+		{"no way to recognise peers", func(c *Config) { c.AuthFile = good }, "nodes must recognise each other"},
+		{"peer token without the peer role", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, rwTok }, "role peer"},
+		{"unknown peer token", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, otherTok }, "role peer"},
+		{"peer token with a space", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, "a b" }, "printable ASCII"},
+		{"peer token without policy", func(c *Config) { c.AuthPeerToken = peerTok }, "without an authorization file"},
+		{"bad peer CA file", func(c *Config) { c.AuthFile, c.TLS.PeerCAFile = good, bad }, "no PEM certificate"},
+	} {
+		cfg := testConfig(t, "n1")
+		c.set(&cfg)
+		n, err := New(cfg, nil)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.want != "" && (err == nil || !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: New = %v, want an ErrInvalidConfig mentioning %q", c.name, err, c.want)
+		}
+		if c.want == "" && c.set != nil && cfg.AuthFile != "" && n.auth == nil {
+			t.Errorf("%s: no authorizer", c.name)
+		}
+		for _, tok := range []string{peerTok, rwTok, otherTok} {
+			if err != nil && strings.Contains(err.Error(), tok) {
+				t.Errorf("%s: the token shows in %v", c.name, err)
+			}
+		}
+	}
+}
+
+// writeTestCA writes a self-signed CA certificate (PEM) and returns its
+// file name.
+func writeTestCA(t testing.TB) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(name, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
