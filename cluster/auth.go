@@ -3,7 +3,6 @@ package cluster
 import (
 	"crypto/x509"
 	"fmt"
-	"os"
 
 	"github.com/cairnkv/cairn/cluster/auth"
 	"google.golang.org/grpc"
@@ -11,11 +10,12 @@ import (
 
 // newAuthorizer loads Config.AuthFile's policy (nil, nil without one) and
 // checks that the nodes of the cluster can recognise each other under it:
-// by certificate (TLS.PeerCAFile) or by AuthPeerToken, which the policy
-// must give the role peer. Without either, every call a node makes to a
+// by certificate (the cluster CA of the node's TLS state, peerCAs; nil
+// without TLS) or by AuthPeerToken, which the policy must give the role
+// peer. Without either, every call a node makes to a
 // peer (forwarding, read confirmation, status polls) would be refused, so
 // the node refuses to start instead.
-func newAuthorizer(c *Config) (*auth.Authorizer, error) {
+func newAuthorizer(c *Config, peerCAs *x509.CertPool) (*auth.Authorizer, error) {
 	if c.AuthFile == "" {
 		if c.AuthPeerToken != "" {
 			return nil, fmt.Errorf("%w: a peer token without an authorization file", ErrInvalidConfig)
@@ -31,10 +31,6 @@ func newAuthorizer(c *Config) (*auth.Authorizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	peerCAs, err := peerCAPool(*c)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
-	}
 	switch {
 	case c.AuthPeerToken != "" && !policy.HasPeerToken(c.AuthPeerToken):
 		return nil, fmt.Errorf("%w: authorization file %s does not give this node's peer token the role peer (add its %s... hash with \"peer\")",
@@ -47,23 +43,6 @@ func newAuthorizer(c *Config) (*auth.Authorizer, error) {
 	c.Logger.Info("cluster: authorization on", "file", c.AuthFile, "cert_identities", certs, "tokens", tokens,
 		"peers_by_certificate", peerCAs != nil, "peer_token", c.AuthPeerToken != "")
 	return auth.New(policy, peerCAs), nil
-}
-
-// peerCAPool returns the cluster CA certificates of Config.TLS.PeerCAFile,
-// nil without one.
-func peerCAPool(c Config) (*x509.CertPool, error) {
-	if c.TLS.PeerCAFile == "" {
-		return nil, nil
-	}
-	b, err := os.ReadFile(c.TLS.PeerCAFile)
-	if err != nil {
-		return nil, fmt.Errorf("peer CA file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("peer CA file %s: no PEM certificate in it", c.TLS.PeerCAFile)
-	}
-	return pool, nil
 }
 
 // authOptions returns the gRPC server options of authorization (none

@@ -3,14 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -201,14 +194,14 @@ func TestAuthConfig(t *testing.T) {
 	good := writePolicy(t, map[string]string{peerTok: "peer", rwTok: "read-write"})
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	os.WriteFile(bad, []byte(`{"tokens": {"rw": "read-write"}}`), 0o600)
-	ca := writeTestCA(t)
+	ca := newTestCA(t, "cluster CA")
 	for _, c := range []struct {
 		name string
 		set  func(*Config)
 		want string // "" for success
 	}{
 		{"policy and peer token", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, peerTok }, ""},
-		{"policy and peer CA", func(c *Config) { c.AuthFile, c.TLS.PeerCAFile = good, ca }, ""},
+		{"policy and peer CA", func(c *Config) { c.AuthFile, c.TLS = good, ca.node(t, c.ID) }, ""},
 		{"no policy", func(c *Config) {}, ""},
 		{"bad policy", func(c *Config) { c.AuthFile, c.AuthPeerToken = bad, peerTok }, "never the token itself"},
 		{"missing policy", func(c *Config) { c.AuthFile, c.AuthPeerToken = bad+".missing", peerTok }, "no such file"},
@@ -217,7 +210,7 @@ func TestAuthConfig(t *testing.T) {
 		{"unknown peer token", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, otherTok }, "role peer"},
 		{"peer token with a space", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, "a b" }, "printable ASCII"},
 		{"peer token without policy", func(c *Config) { c.AuthPeerToken = peerTok }, "without an authorization file"},
-		{"bad peer CA file", func(c *Config) { c.AuthFile, c.TLS.PeerCAFile = good, bad }, "no PEM certificate"},
+		{"bad peer CA file", func(c *Config) { c.AuthFile, c.TLS = good, ca.node(t, c.ID); c.TLS.PeerCAFile = bad }, "peer CA file"},
 	} {
 		cfg := testConfig(t, "n1")
 		c.set(&cfg)
@@ -237,28 +230,4 @@ func TestAuthConfig(t *testing.T) {
 			}
 		}
 	}
-}
-
-// writeTestCA writes a self-signed CA certificate (PEM) and returns its
-// file name.
-func writeTestCA(t testing.TB) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(name, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return name
 }

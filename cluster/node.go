@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -140,19 +141,21 @@ func New(cfg Config, deps *Deps) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: c, log: c.Logger.With("node", c.ID)}
-	if n.auth, err = newAuthorizer(&n.cfg); err != nil {
-		return nil, err
-	}
 	if deps != nil {
 		n.deps = *deps
 	}
 	if (n.deps.LogStore == nil) != (n.deps.StableStore == nil) {
 		return nil, fmt.Errorf("%w: supply both a LogStore and a StableStore, or neither", ErrInvalidConfig)
 	}
+	var peerCAs *x509.CertPool
 	if c.TLS.Enabled() {
 		if n.tls, err = c.TLS.load(n.log); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 		}
+		peerCAs = n.tls.peerCAs
+	}
+	if n.auth, err = newAuthorizer(&n.cfg, peerCAs); err != nil {
+		return nil, err
 	}
 	n.leaderChange.init()
 	n.reconcilePoke = make(chan struct{}, 1)
