@@ -14,6 +14,7 @@ import (
 	"github.com/cairnkv/cairn/cluster/auth"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -229,5 +230,63 @@ func TestAuthConfig(t *testing.T) {
 				t.Errorf("%s: the token shows in %v", c.name, err)
 			}
 		}
+	}
+}
+
+// A three-node cluster with TLS and an authorization policy naming client
+// certificates: identities come from the certificates' common names, a
+// follower forwards an authorized write as itself (a peer by its node
+// certificate), a read-only certificate may read but not write or run an
+// admin call, and a certificate of the right CA whose name the policy does
+// not know is authenticated but has no role (PermissionDenied).
+func TestAuthTLSCluster(t *testing.T) {
+	ca := newTestCA(t, "cluster-ca")
+	policy := filepath.Join(t.TempDir(), "auth.json")
+	if err := os.WriteFile(policy, []byte(`{"certs": {"admin": "admin", "writer": "read-write", "reader": "read-only"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tc := newTestCluster(t)
+	tc.clientTLS = clientTLS(t, ca, ca, "admin")
+	nodes := tc.formCluster(3, func(c *Config) {
+		withTLS(t, c, ca, ca)
+		c.AuthFile = policy
+	})
+	follower := otherThan(nodes, tc.leader())
+	dial := func(name string) *grpc.ClientConn {
+		t.Helper()
+		c, err := grpc.NewClient(follower.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(clientTLS(t, ca, ca, name))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	ctx := func() context.Context { return ctxTimeout(t, 20*time.Second) }
+	writer, reader, stranger := dial("writer"), dial("reader"), dial("stranger")
+
+	before := sum(follower.forwarded.snapshot())
+	if _, err := cairnpb.NewKVClient(writer).Put(ctx(), &cairnpb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatalf("writer's put through a follower: %v", err)
+	}
+	if sum(follower.forwarded.snapshot()) == before {
+		t.Fatalf("the follower did not forward the put (it must, as a peer, to the leader)")
+	}
+	r, err := cairnpb.NewKVClient(reader).Get(ctx(), &cairnpb.GetRequest{Key: []byte("k"), Consistency: cairnpb.Consistency_LINEARIZABLE})
+	if err != nil || string(r.GetKv().GetValue()) != "v" {
+		t.Fatalf("reader's linearizable get through a follower: %v, %v", r, err)
+	}
+	if _, err := cairnpb.NewKVClient(reader).Put(ctx(), &cairnpb.PutRequest{Key: []byte("k"), Value: []byte("x")}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("reader's put: %v, want PermissionDenied", err)
+	}
+	if _, err := cairnpb.NewClusterClient(writer).TransferLeader(ctx(), &cairnpb.TransferLeaderRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("writer's leader transfer: %v, want PermissionDenied", err)
+	}
+	if _, err := cairnpb.NewKVClient(stranger).Get(ctx(), &cairnpb.GetRequest{Key: []byte("k"), Consistency: cairnpb.Consistency_SERIALIZABLE}); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `"stranger" has no role`) {
+		t.Fatalf("get with a certificate the policy does not name: %v, want PermissionDenied", err)
+	}
+	// The refused put changed nothing.
+	r, err = cairnpb.NewKVClient(writer).Get(ctx(), &cairnpb.GetRequest{Key: []byte("k"), Consistency: cairnpb.Consistency_LINEARIZABLE})
+	if err != nil || string(r.GetKv().GetValue()) != "v" {
+		t.Fatalf("after the refused put: %v, %v", r, err)
 	}
 }
