@@ -21,6 +21,9 @@
 // `cairn-node restore --from BACKUP --data-dir DIR --id ID` seeds a data
 // directory from a backup, for the first node of a new cluster (README,
 // "Restore a cluster from a backup").
+// `cairn-node certs --dir DIR --nodes n1,n2,n3 --clients admin` writes a
+// development CA and node and client certificates for TLS (README,
+// "Security").
 //
 // Every flag can also come from a JSON file given with --config, whose keys
 // are the flag names ({"id": "n1", "join": ["a:7381", "b:7381"], ...});
@@ -41,7 +44,7 @@ import (
 	"github.com/cairnkv/cairn/cluster"
 )
 
-const usageLine = "usage: cairn-node [flags] | cairn-node health [--grpc-addr host:port] | cairn-node restore --from BACKUP --data-dir DIR --id ID (-h for help)"
+const usageLine = "usage: cairn-node [flags] | cairn-node health [--grpc-addr host:port] | cairn-node restore --from BACKUP --data-dir DIR --id ID | cairn-node certs --dir DIR --nodes n1,n2,n3 (-h for help)"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -68,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runHealth(args[1:], stdout, stderr)
 	} else if len(args) > 0 && args[0] == "restore" {
 		err = runRestore(args[1:], stdout, stderr)
+	} else if len(args) > 0 && args[0] == "certs" {
+		err = runCerts(args[1:], stdout, stderr)
 	} else {
 		err = runServer(ctx, args, stdout, stderr)
 	}
