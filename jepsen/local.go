@@ -29,7 +29,7 @@ type localCluster struct {
 	extra   []string
 	net     *netns // nil without network control
 	nodes   []NodeInfo
-	args    [][]string // each node's command line (without the binary)
+	args    [][]string  // each node's command line (without the binary)
 	tls     *tls.Config // the clients' TLS configuration; nil: plaintext
 
 	mu      sync.Mutex
