@@ -173,6 +173,11 @@ type Config struct {
 	// GossipTune, if set, adjusts memberlist's configuration last.
 	GossipTune func(*memberlist.Config)
 
+	// TLS, if set, turns on TLS for the gRPC port, raft and every
+	// node-to-node connection (see TLSConfig). The zero value is
+	// plaintext.
+	TLS TLSConfig
+
 	// Logger receives the node's, raft's and memberlist's logs; nil
 	// discards them.
 	Logger *slog.Logger
@@ -248,6 +253,9 @@ func (c Config) withDefaults() (Config, error) {
 		if _, _, err := net.SplitHostPort(j); err != nil {
 			return bad("join address %q: %v", j, err)
 		}
+	}
+	if err := c.TLS.check(); err != nil {
+		return bad("%v", err)
 	}
 	if c.BootstrapExpect < 0 {
 		return bad("bootstrap-expect %d < 0", c.BootstrapExpect)

@@ -214,7 +214,10 @@
 // Defaults: gRPC 127.0.0.1:7379, raft 127.0.0.1:7380, gossip (TCP and
 // UDP) 127.0.0.1:7381. Port 0 picks a free port (tests); the advertised
 // addresses default to the listen addresses, with a private IP of the host
-// for an all-interfaces bind.
+// for an all-interfaces bind. With Config.TLS the gRPC and raft ports speak
+// TLS 1.3 only, raft through a TLS raft.StreamLayer, and every connection a
+// node dials to a peer is mutual TLS verified against the peer CA (tls.go,
+// TLSConfig); gossip stays UDP/TCP, encrypted by the gossip key.
 //
 // # Data directory
 //

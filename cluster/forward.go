@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -29,6 +29,7 @@ var peerDialOptions []grpc.DialOption
 // forwarding requests to the leader and for the leader's status polls.
 type forwarder struct {
 	maxMsg int
+	creds  credentials.TransportCredentials // plaintext, or mTLS with the node's certificate
 	mu     struct {
 		sync.Mutex
 		conns  map[string]*grpc.ClientConn
@@ -36,8 +37,8 @@ type forwarder struct {
 	}
 }
 
-func newForwarder(maxValueSize int) *forwarder {
-	f := &forwarder{maxMsg: maxMessageSize(maxValueSize)}
+func newForwarder(maxValueSize int, creds credentials.TransportCredentials) *forwarder {
+	f := &forwarder{maxMsg: maxMessageSize(maxValueSize), creds: creds}
 	f.mu.conns = make(map[string]*grpc.ClientConn)
 	return f
 }
@@ -54,7 +55,7 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 		return c, nil
 	}
 	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(f.creds),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: peerConnectBackoff, MinConnectTimeout: 20 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(f.maxMsg), grpc.MaxCallSendMsgSize(f.maxMsg)),
 	}, peerDialOptions...)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
@@ -131,6 +133,9 @@ type testCluster struct {
 	cfgs  map[string]Config
 	deps  map[string]*Deps
 	conns map[string]*grpc.ClientConn
+	// clientTLS, if set, is the TLS configuration of conn's connections
+	// (plaintext without).
+	clientTLS *tls.Config
 
 	// mu guards loadConns, the connections load generators use.
 	mu        sync.Mutex
@@ -332,7 +337,11 @@ func (tc *testCluster) conn(n *Node) *grpc.ClientConn {
 	if c := tc.conns[n.ID()]; c != nil {
 		return c
 	}
-	c, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := insecure.NewCredentials()
+	if tc.clientTLS != nil {
+		creds = credentials.NewTLS(tc.clientTLS)
+	}
+	c, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20), grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
 		tc.t.Fatal(err)

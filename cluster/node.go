@@ -24,6 +24,8 @@ import (
 	"github.com/cairnkv/cairn/lsm"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -69,6 +71,8 @@ type Node struct {
 	health     *health.Server
 	lis        net.Listener
 	fwd        *forwarder
+	tls        *tlsState // nil without TLS
+	raftTLS    *tlsStreamLayer
 	notifyCh   chan bool
 	grpcAddr   string // advertised
 	raftAddr   string // advertised
@@ -139,6 +143,11 @@ func New(cfg Config, deps *Deps) (*Node, error) {
 	if (n.deps.LogStore == nil) != (n.deps.StableStore == nil) {
 		return nil, fmt.Errorf("%w: supply both a LogStore and a StableStore, or neither", ErrInvalidConfig)
 	}
+	if c.TLS.Enabled() {
+		if n.tls, err = c.TLS.load(n.log); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		}
+	}
 	n.leaderChange.init()
 	n.reconcilePoke = make(chan struct{}, 1)
 	n.bootstrapPoke = make(chan struct{}, 1)
@@ -208,7 +217,11 @@ func (n *Node) Start() (err error) {
 		n.closers = append(n.closers, nt)
 	}
 	n.raftAddr = string(trans.LocalAddr())
-	n.fwd = newForwarder(n.cfg.MaxValueSize)
+	peerCreds := insecure.NewCredentials()
+	if n.tls != nil {
+		peerCreds = credentials.NewTLS(n.tls.peerClientConfig("grpc-out"))
+	}
+	n.fwd = newForwarder(n.cfg.MaxValueSize, peerCreds)
 	if n.incarnation, err = nextIncarnation(c.DataDir, time.Now()); err != nil {
 		return err
 	}
@@ -303,6 +316,9 @@ func (n *Node) Start() (err error) {
 		// of linearizable gets.
 		grpc.NumStreamWorkers(grpcStreamWorkers),
 	)
+	if n.tls != nil {
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(n.tls.grpcServerConfig())))
+	}
 	n.grpc = grpc.NewServer(append(serverOpts, c.GRPCServerOptions...)...)
 	cairnpb.RegisterKVServer(n.grpc, &kvService{n: n})
 	cairnpb.RegisterClusterServer(n.grpc, &clusterService{n: n})
@@ -374,6 +390,12 @@ func maxMessageSize(maxValue int) int {
 	return maxValue + cairnpb.MaxKeySize + 1<<20
 }
 
+// raftNetTimeout is the raft transport's I/O timeout (and its TLS
+// handshakes').
+const raftNetTimeout = 10 * time.Second
+
+// newTCPTransport makes the raft transport: plain TCP, or TLS with
+// Config.TLS.
 func (n *Node) newTCPTransport() (*raft.NetworkTransport, error) {
 	c := &n.cfg
 	var adv net.Addr
@@ -402,11 +424,21 @@ func (n *Node) newTCPTransport() (*raft.NetworkTransport, error) {
 			}
 		}
 	}
-	t, err := raft.NewTCPTransportWithConfig(c.RaftAddr, adv, &raft.NetworkTransportConfig{
+	tc := &raft.NetworkTransportConfig{
 		MaxPool: 3,
-		Timeout: 10 * time.Second,
+		Timeout: raftNetTimeout,
 		Logger:  newHCLogger("raft-net", n.log, c.RaftLogLevel),
-	})
+	}
+	if n.tls != nil {
+		sl, err := newTLSStreamLayer(c.RaftAddr, adv, n.tls, raftNetTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: raft address %s: %w", c.RaftAddr, err)
+		}
+		n.raftTLS = sl
+		tc.Stream = sl
+		return raft.NewNetworkTransportWithConfig(tc), nil
+	}
+	t, err := raft.NewTCPTransportWithConfig(c.RaftAddr, adv, tc)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: raft address %s: %w", c.RaftAddr, err)
 	}

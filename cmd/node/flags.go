@@ -39,6 +39,7 @@ type options struct {
 	configFile                              string
 	raftStorage                             raftStorageFlags
 	security                                securityFlags
+	tls                                     tlsFlags
 	policy                                  policyFlags
 	fs                                      *flag.FlagSet
 	explicitlySet                           map[string]bool // flags the command line or the file set
@@ -76,6 +77,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.configFile, "config", "", "JSON file of flag values (keys are flag names; command-line flags win)")
 	o.raftStorage.register(fs)
 	o.security.register(fs)
+	o.tls.register(fs)
 	fs.Usage = func() {} // errors are reported in one line; -h prints printUsage
 	return fs
 }
@@ -237,6 +239,9 @@ func (o *options) clusterConfig(stderr io.Writer) (cluster.Config, error) {
 	}
 	o.raftStorage.apply(&cfg)
 	if err := o.security.apply(&cfg, o.gossipKey, o.configFile, logger); err != nil {
+		return cluster.Config{}, err
+	}
+	if err := o.tls.apply(&cfg); err != nil {
 		return cluster.Config{}, err
 	}
 	return cfg, nil

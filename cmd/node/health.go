@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairnkv/cairn/cluster"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -23,10 +24,12 @@ func runHealth(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(io.Discard)
 	addr := fs.String("grpc-addr", cluster.DefaultGRPCAddr, "gRPC address of the node to check")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for an answer")
+	var tf clientTLSFlags
+	tf.register(fs)
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stderr, "usage: cairn-node health [--grpc-addr host:port] [--timeout 3s]\n\nExits 0 if the node's gRPC health check says SERVING.\n\nFlags:")
+			fmt.Fprintln(stderr, "usage: cairn-node health [--grpc-addr host:port] [--timeout 3s] [--cacert CA --cert CERT --key KEY]\n\nExits 0 if the node's gRPC health check says SERVING.\n\nFlags:")
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
 			return err
@@ -36,7 +39,15 @@ func runHealth(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return &exitError{2, fmt.Errorf("health: unexpected argument %q", fs.Arg(0))}
 	}
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	tlsCfg, err := tf.config()
+	if err != nil {
+		return &exitError{2, fmt.Errorf("health: %w", err)}
+	}
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return fmt.Errorf("health: %s: %w", *addr, err)
 	}

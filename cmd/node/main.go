@@ -25,6 +25,10 @@
 // development CA and node and client certificates for TLS (README,
 // "Security").
 //
+// --tls-cert, --tls-key and --tls-peer-ca (and, to require client
+// certificates, --tls-client-ca) turn on TLS for the gRPC and raft ports and
+// between nodes (README, "Security").
+//
 // Every flag can also come from a JSON file given with --config, whose keys
 // are the flag names ({"id": "n1", "join": ["a:7381", "b:7381"], ...});
 // flags on the command line win.
@@ -44,7 +48,7 @@ import (
 	"github.com/cairnkv/cairn/cluster"
 )
 
-const usageLine = "usage: cairn-node [flags] | cairn-node health [--grpc-addr host:port] | cairn-node restore --from BACKUP --data-dir DIR --id ID | cairn-node certs --dir DIR --nodes n1,n2,n3 (-h for help)"
+const usageLine = "usage: cairn-node [flags] | cairn-node health [--grpc-addr host:port] [--cacert CA [--cert CERT --key KEY]] | cairn-node restore --from BACKUP --data-dir DIR --id ID | cairn-node certs --dir DIR --nodes n1,n2,n3 (-h for help)"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
