@@ -181,7 +181,7 @@ func (c *localCluster) Start(i int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(logf, "==== jepsen: start %s at %s\n", c.nodes[i].ID, time.Now().UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(logf, "==== jepsen: start %s at %s: %s %s\n", c.nodes[i].ID, time.Now().UTC().Format(time.RFC3339Nano), c.bin, strings.Join(c.args[i], " "))
 	var cmd *exec.Cmd
 	if c.net != nil {
 		// ip netns exec execs the node: the pid is the node's.
