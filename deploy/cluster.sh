@@ -125,7 +125,7 @@ case "$cmd" in
       docker cp "$id:/certs/$f" "$1/$f"
     done
     chmod 600 "$1/admin-key.pem"
-    echo "cairn --cacert $1/ca.pem --cert $1/admin.pem --key $1/admin-key.pem --endpoints 127.0.0.1:7379 status"
+    echo "cairn --cacert $1/ca.pem --cert $1/admin.pem --key $1/admin-key.pem --endpoints ${CAIRN_PUBLISH_ADDR:-127.0.0.1}:${CAIRN_NODE1_PORT:-7379} status"
     ;;
   *)
     sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
