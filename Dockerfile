@@ -29,9 +29,11 @@ FROM scratch
 # /data (the volume) and /tmp must exist and belong to the non-root user:
 # scratch has no mkdir, so they are copies of an empty directory. A named
 # volume mounted on /data starts as a copy of the image's /data, ownership
-# included.
+# included. /certs is where docker-compose.tls.yml's volume of certificates
+# goes (`cairn-node certs` writes it as this user).
 COPY --chown=65532:65532 empty /data
 COPY --chown=65532:65532 empty /tmp
+COPY --chown=65532:65532 empty /certs
 COPY cairn-node cairn /usr/local/bin/
 
 ENV PATH=/usr/local/bin

@@ -12,6 +12,11 @@
 #   deploy/cluster.sh cli ARGS        run the cairn CLI inside a running node
 #   deploy/cluster.sh compose ARGS    run any compose command, e.g. `compose kill node2`
 #   deploy/cluster.sh wait [SECONDS]  wait until every running node is healthy
+#   deploy/cluster.sh certs DIR       copy the TLS variant's ca.pem and client certificates to DIR
+#
+# With CAIRN_TLS=1 every command acts on the TLS variant: docker-compose.yml
+# with docker-compose.tls.yml on top (certificates made by `cairn-node certs`
+# in a volume, TLS on gRPC and raft, client certificates required).
 #
 # It runs from the repository root, so the project name is compose's
 # default (the directory's name, or $COMPOSE_PROJECT_NAME) and plain
@@ -31,7 +36,12 @@ else
   exit 1
 fi
 
-c() { "${compose[@]}" "$@"; }
+files=()
+if [[ "${CAIRN_TLS:-}" == 1 || "${CAIRN_TLS:-}" == true ]]; then
+  files=(-f docker-compose.yml -f docker-compose.tls.yml)
+fi
+
+c() { "${compose[@]}" "${files[@]}" "$@"; }
 
 # wait_healthy SECONDS: waits until every container of the project that is
 # running reports healthy; fails naming the ones that do not.
@@ -41,9 +51,10 @@ wait_healthy() {
     ids="$(c --profile scale ps -q)"
     pending=""
     for id in $ids; do
-      state="$(docker inspect -f '{{.Name}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}' "$id")"
+      state="$(docker inspect -f '{{.Name}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}} {{index .Config.Labels "com.docker.compose.service"}} {{.State.ExitCode}}' "$id")"
       case "$state" in
-        *" running healthy") ;;
+        *" running healthy "*) ;;
+        *" exited  certs 0") ;; # the TLS variant's one-shot certificate maker, done
         *) pending+="  ${state#/}"$'\n' ;;
       esac
     done
@@ -105,8 +116,19 @@ case "$cmd" in
   wait)
     wait_healthy "${1:-120}"
     ;;
+  certs)
+    [[ $# -eq 1 ]] || { echo "usage: CAIRN_TLS=1 deploy/cluster.sh certs DIR" >&2; exit 2; }
+    id="$(c ps -q certs)"
+    [[ -n "$id" ]] || { echo "cluster.sh: no certs container (start the TLS variant: CAIRN_TLS=1 deploy/cluster.sh up)" >&2; exit 1; }
+    mkdir -p "$1"
+    for f in ca.pem admin.pem admin-key.pem; do
+      docker cp "$id:/certs/$f" "$1/$f"
+    done
+    chmod 600 "$1/admin-key.pem"
+    echo "cairn --cacert $1/ca.pem --cert $1/admin.pem --key $1/admin-key.pem --endpoints ${CAIRN_PUBLISH_ADDR:-127.0.0.1}:${CAIRN_NODE1_PORT:-7379} status"
+    ;;
   *)
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

@@ -1,16 +1,22 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/cairnkv/cairn/client"
+	"github.com/cairnkv/cairn/internal/certs"
 )
 
 // localCluster runs cairn-node processes on this machine: each in a
@@ -23,7 +29,8 @@ type localCluster struct {
 	extra   []string
 	net     *netns // nil without network control
 	nodes   []NodeInfo
-	args    [][]string // each node's command line (without the binary)
+	args    [][]string  // each node's command line (without the binary)
+	tls     *tls.Config // the clients' TLS configuration; nil: plaintext
 
 	mu      sync.Mutex
 	procs   []*proc  // nil: not running
@@ -47,9 +54,32 @@ type localConfig struct {
 	NetNS   bool     // build namespaces (needs root)
 	Extra   []string // more cairn-node flags for every node
 	BaseDir string   // where data directories go (a temp dir by default)
+	// TLS makes a CA and certificates (package internal/certs, as
+	// `cairn-node certs` does) in the work directory and runs the nodes
+	// with TLS between them and mutual TLS for clients.
+	TLS bool
 }
 
+// tlsClient is the name of the clients' certificate (TLS runs).
+const tlsClient = "jepsen"
+
 func newLocalCluster(cfg localConfig) (_ *localCluster, err error) {
+	c, err := planLocalCluster(cfg)
+	if err != nil {
+		return nil, err
+	}
+	for i := range c.nodes {
+		if err := c.Start(i); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// planLocalCluster makes a local cluster's directories, network and
+// certificates and the nodes' command lines, without starting them.
+func planLocalCluster(cfg localConfig) (_ *localCluster, err error) {
 	c := &localCluster{bin: cfg.Bin, logDir: cfg.LogDir, extra: cfg.Extra, procs: make([]*proc, cfg.Nodes)}
 	if c.dataDir, err = os.MkdirTemp(cfg.BaseDir, "cairn-jepsen-data-"); err != nil {
 		return nil, err
@@ -95,13 +125,43 @@ func newLocalCluster(cfg localConfig) (_ *localCluster, err error) {
 		}
 		c.args = append(c.args, append(args, cfg.Extra...))
 	}
-	for i := range c.nodes {
-		if err := c.Start(i); err != nil {
+	if cfg.TLS {
+		if err := c.makeCerts(); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
 }
+
+// makeCerts writes a CA, a certificate per node (naming the node's host,
+// which clients dial) and a client certificate into the work directory,
+// adds the TLS flags to the nodes' command lines and sets c.tls.
+func (c *localCluster) makeCerts() error {
+	dir := filepath.Join(c.dataDir, "certs")
+	var names, hosts []string
+	for _, n := range c.nodes {
+		names = append(names, n.ID)
+		if h, _, err := net.SplitHostPort(n.GRPCAddr); err == nil && !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	if _, err := certs.Generate(certs.Options{Dir: dir, Nodes: names, Hosts: hosts, Clients: []string{tlsClient}}); err != nil {
+		return err
+	}
+	ca := filepath.Join(dir, certs.CAFile)
+	for i, n := range c.nodes {
+		c.args[i] = append(c.args[i],
+			"--tls-cert", filepath.Join(dir, certs.CertFile(n.ID)), "--tls-key", filepath.Join(dir, certs.KeyFile(n.ID)),
+			"--tls-peer-ca", ca, "--tls-client-ca", ca)
+	}
+	var err error
+	c.tls, err = client.LoadTLS(ca, filepath.Join(dir, certs.CertFile(tlsClient)), filepath.Join(dir, certs.KeyFile(tlsClient)))
+	return err
+}
+
+// ClientTLS is the TLS configuration of the cluster's clients (nil:
+// plaintext).
+func (c *localCluster) ClientTLS() *tls.Config { return c.tls }
 
 func (c *localCluster) Nodes() []NodeInfo  { return c.nodes }
 func (c *localCluster) CanPartition() bool { return c.net != nil }
@@ -121,7 +181,7 @@ func (c *localCluster) Start(i int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(logf, "==== jepsen: start %s at %s\n", c.nodes[i].ID, time.Now().UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(logf, "==== jepsen: start %s at %s: %s %s\n", c.nodes[i].ID, time.Now().UTC().Format(time.RFC3339Nano), c.bin, strings.Join(c.args[i], " "))
 	var cmd *exec.Cmd
 	if c.net != nil {
 		// ip netns exec execs the node: the pid is the node's.

@@ -83,6 +83,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.recheck, "recheck", "", "check the history of an earlier run's results directory again (no cluster), rewriting its report")
 	var scenarioName string
 	fs.StringVar(&scenarioName, "scenario", "", "run a named scenario that reproduced a bug (overrides workload, nemesis, time, seed): "+strings.Join(scenarioNames(), ", "))
+	fs.BoolVar(&cfg.tls, "tls", false, "make a CA and node and client certificates in the work directory (as `cairn-node certs` does) and run with TLS between the nodes and mutual TLS for the clients (local mode)")
 	var nodeArgs string
 	fs.StringVar(&nodeArgs, "node-args", "", "more cairn-node flags for every node, space-separated (e.g. --raft-log-store=boltdb)")
 	if err := fs.Parse(args); err != nil {
@@ -99,6 +100,9 @@ func parseFlags(args []string) (config, error) {
 	case "local", "docker":
 	default:
 		return cfg, fmt.Errorf("--mode %q: local or docker", cfg.mode)
+	}
+	if cfg.tls && cfg.mode != "local" {
+		return cfg, fmt.Errorf("--tls is for --mode local (the compose cluster has its own TLS variant, docker-compose.tls.yml)")
 	}
 	switch nemeses {
 	case "all":

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -39,6 +40,7 @@ type config struct {
 	checkTimeout    time.Duration // porcupine search bound (0: the checker's default)
 	recheck         string        // a results directory to check again (no run)
 	scenarioExpect  string        // what a --scenario run should show
+	tls             bool          // TLS between nodes and mutual TLS for clients (local mode)
 }
 
 // outcome is what a run found.
@@ -131,7 +133,7 @@ func runTest(ctx context.Context, cfg config, out io.Writer) (res outcome, err e
 		if cfg.unsafeReads {
 			extra = append(extra, "--unsafe-local-reads")
 		}
-		lc, err := newLocalCluster(localConfig{Nodes: cfg.nodes, Bin: bin, LogDir: filepath.Join(res.dir, "nodes"), NetNS: netOK, Extra: extra})
+		lc, err := newLocalCluster(localConfig{Nodes: cfg.nodes, Bin: bin, LogDir: filepath.Join(res.dir, "nodes"), NetNS: netOK, Extra: extra, TLS: cfg.tls})
 		if err != nil {
 			return res, fmt.Errorf("start cluster: %w", err)
 		}
@@ -149,7 +151,14 @@ func runTest(ctx context.Context, cfg config, out io.Writer) (res outcome, err e
 			logln("jepsen: cleanup: %v", cerr)
 		}
 	}()
-	admin, err := newClient(endpoints(cl), fmt.Sprintf("jepsen-%d-admin", cfg.seed))
+	var clientTLS *tls.Config
+	if ct, ok := cl.(interface{ ClientTLS() *tls.Config }); ok {
+		clientTLS = ct.ClientTLS()
+	}
+	if cfg.tls {
+		logln("jepsen: TLS: nodes and clients use certificates made in the work directory")
+	}
+	admin, err := newClient(endpoints(cl), fmt.Sprintf("jepsen-%d-admin", cfg.seed), clientTLS)
 	if err != nil {
 		return res, err
 	}
@@ -180,7 +189,7 @@ func runTest(ctx context.Context, cfg config, out io.Writer) (res outcome, err e
 	sched := &schedule{nemeses: nems, gap: [2]time.Duration{cfg.gapMin, 2 * cfg.gapMin},
 		hold: [2]time.Duration{cfg.holdMin, 2 * cfg.holdMin}, rec: rec, log: logln}
 	tr := &traffic{wl: wl, clients: cfg.clients, endpoints: endpoints(cl), opTimeout: cfg.opTimeout,
-		rate: cfg.rate, seed: cfg.seed, rec: rec}
+		rate: cfg.rate, seed: cfg.seed, rec: rec, tls: clientTLS}
 	rctx, cancelRun := context.WithTimeout(ctx, cfg.duration)
 	defer cancelRun()
 	var wg sync.WaitGroup

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -50,14 +51,16 @@ type traffic struct {
 	opTimeout time.Duration
 	rate      float64 // total ops/s across workers; 0: as fast as they go
 	seed      int64
+	tls       *tls.Config // nil: plaintext
 	rec       *recorder
 	nextProc  atomic.Int64
 }
 
-func newClient(endpoints []string, id string) (*client.Client, error) {
+func newClient(endpoints []string, id string, tlsCfg *tls.Config) (*client.Client, error) {
 	return client.New(client.Config{
 		Endpoints:       endpoints,
 		ClientID:        id,
+		TLS:             tlsCfg,
 		MaxRetryBackoff: 250 * time.Millisecond,
 	})
 }
@@ -67,7 +70,7 @@ func (t *traffic) run(ctx context.Context) error {
 	t.nextProc.Store(int64(t.clients))
 	errs := make(chan error, t.clients)
 	for i := range t.clients {
-		c, err := newClient(t.endpoints, fmt.Sprintf("jepsen-%d-%d", t.seed, i))
+		c, err := newClient(t.endpoints, fmt.Sprintf("jepsen-%d-%d", t.seed, i), t.tls)
 		if err != nil {
 			return err
 		}
@@ -138,7 +141,7 @@ func (t *traffic) do(ctx context.Context, c *client.Client, w *worker,
 
 // final runs the workload's final reads on a fresh client and records them.
 func (t *traffic) final(ctx context.Context) error {
-	c, err := newClient(t.endpoints, fmt.Sprintf("jepsen-%d-final", t.seed))
+	c, err := newClient(t.endpoints, fmt.Sprintf("jepsen-%d-final", t.seed), t.tls)
 	if err != nil {
 		return err
 	}

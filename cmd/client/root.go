@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"os"
@@ -21,6 +22,13 @@ const envEndpoints = "CAIRN_ENDPOINTS"
 // flag's value shows in the process list).
 const envToken = "CAIRN_TOKEN"
 
+// The environment variables of the TLS flags --cacert, --cert and --key.
+const (
+	envCACert = "CAIRN_CACERT"
+	envCert   = "CAIRN_CERT"
+	envKey    = "CAIRN_KEY"
+)
+
 // globals are the flags every command has, and the command's outputs.
 type globals struct {
 	endpoints string
@@ -28,6 +36,10 @@ type globals struct {
 	timeout   time.Duration
 	output    string
 	hex       bool
+	// TLS files (README, "Security"): the CA of the nodes' certificates,
+	// and the client's certificate and key for a cluster that requires
+	// one. All empty: plaintext.
+	tlsCA, tlsCert, tlsKey string
 
 	stdout, stderr io.Writer
 	flags          *pflag.FlagSet // the root's persistent flags
@@ -50,7 +62,9 @@ backups and generates load.
 
 It talks to the nodes given by --endpoints (comma-separated host:port gRPC
 addresses; default $` + envEndpoints + `, else 127.0.0.1:7379, the address of a node
-started with no flags). It finds the leader by itself and retries through
+started with no flags). With --cacert (the CA of the nodes' certificates) it
+talks TLS; --cert and --key add a client certificate, for nodes started with
+--tls-client-ca ($` + envCACert + `, $` + envCert + `, $` + envKey + `). It finds the leader by itself and retries through
 leader changes until --timeout; a retried write is applied at most once.
 A cluster with an authorization policy needs a bearer token: --token, or
 better $` + envToken + ` (a flag shows in the process list).
@@ -68,6 +82,7 @@ Exit codes: 0 success; 1 failure (one line on stderr says why), including
   cairn scan --prefix user/ --limit 10
   cairn --endpoints 10.0.0.1:7379,10.0.0.2:7379 status
   CAIRN_ENDPOINTS=10.0.0.1:7379 cairn members
+  cairn --cacert certs/ca.pem --cert certs/admin.pem --key certs/admin-key.pem status
   cairn bench put --clients 16 --duration 10s`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -88,6 +103,10 @@ Exit codes: 0 success; 1 failure (one line on stderr says why), including
 			if g.timeout <= 0 {
 				return usagef("--timeout must be positive")
 			}
+			cert, key := g.setting("cert", envCert), g.setting("key", envKey)
+			if (cert == "") != (key == "") {
+				return usagef("--cert and --key go together (or $%s and $%s)", envCert, envKey)
+			}
 			return nil
 		},
 	}
@@ -102,6 +121,9 @@ Exit codes: 0 success; 1 failure (one line on stderr says why), including
 		"snapshot take: 10m, snapshot save and backup: 24h, unless set)")
 	pf.StringVarP(&g.output, "output", "o", outTable, "output format: table or json (get: also raw)")
 	pf.BoolVar(&g.hex, "hex", false, "keys and values are hex, in arguments and in output")
+	pf.StringVar(&g.tlsCA, "cacert", "", "PEM file of the CA that signed the nodes' certificates: talk TLS (or $"+envCACert+")")
+	pf.StringVar(&g.tlsCert, "cert", "", "PEM file of this client's certificate, for nodes that require one (or $"+envCert+"; with --key)")
+	pf.StringVar(&g.tlsKey, "key", "", "PEM file of this client's private key (or $"+envKey+"; with --cert)")
 	g.flags = pf
 	root.RegisterFlagCompletionFunc("output", func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
 		return []string{outTable, outJSON, outRaw}, cobra.ShellCompDirectiveNoFileComp
@@ -176,12 +198,55 @@ func (g *globals) withClient(f func(c *client.Client) error) error {
 	if len(eps) == 0 {
 		return usagef("no endpoints (set --endpoints or $%s)", envEndpoints)
 	}
-	c, err := client.New(client.Config{Endpoints: eps, Token: g.bearerToken(), MaxRetryBackoff: 500 * time.Millisecond, DialOptions: testDialOptions})
+	tlsCfg, err := g.tlsConfig()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(client.Config{Endpoints: eps, TLS: tlsCfg, Token: g.bearerToken(), MaxRetryBackoff: 500 * time.Millisecond, DialOptions: testDialOptions})
 	if err != nil {
 		return usageError{err}
 	}
 	defer c.Close()
-	return f(c)
+	return tlsHint(f(c), tlsCfg != nil)
+}
+
+// tlsHint adds a hint to an error that looks like plaintext talking to a
+// TLS port or TLS talking to a plaintext one, whose gRPC messages do not
+// say so.
+func tlsHint(err error, usingTLS bool) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	switch {
+	case !usingTLS && strings.Contains(msg, "error reading server preface"):
+		return fmt.Errorf("%w (a node serving TLS closes plaintext connections like this: give --cacert, or $%s)", err, envCACert)
+	case usingTLS && strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return fmt.Errorf("%w (the node does not serve TLS: drop --cacert, --cert and --key)", err)
+	}
+	return err
+}
+
+// setting returns the string flag name if set, else the environment
+// variable env.
+func (g *globals) setting(name, env string) string {
+	if g.flags.Changed(name) {
+		v, _ := g.flags.GetString(name)
+		return v
+	}
+	return strings.TrimSpace(os.Getenv(env))
+}
+
+// tlsConfig returns the client's TLS configuration: nil (plaintext) unless
+// --cacert, --cert or --key (or their environment variables) is set.
+// --cert and --key without --cacert verify the nodes against the system's
+// roots.
+func (g *globals) tlsConfig() (*tls.Config, error) {
+	ca, cert, key := g.setting("cacert", envCACert), g.setting("cert", envCert), g.setting("key", envKey)
+	if ca == "" && cert == "" && key == "" {
+		return nil, nil
+	}
+	return client.LoadTLS(ca, cert, key)
 }
 
 // testDialOptions are added to the client's (tests: interceptors).

@@ -21,6 +21,9 @@
 // `cairn-node restore --from BACKUP --data-dir DIR --id ID` seeds a data
 // directory from a backup, for the first node of a new cluster (README,
 // "Restore a cluster from a backup").
+// `cairn-node certs --dir DIR --nodes n1,n2,n3 --clients admin` writes a
+// development CA and node and client certificates for TLS (README,
+// "Security").
 //
 // --tls-cert, --tls-key and --tls-peer-ca (and, to require client
 // certificates, --tls-client-ca) turn on TLS for the gRPC and raft ports and
@@ -45,7 +48,7 @@ import (
 	"github.com/cairnkv/cairn/cluster"
 )
 
-const usageLine = "usage: cairn-node [flags] | cairn-node health [--grpc-addr host:port] [--cacert CA [--cert CERT --key KEY]] | cairn-node restore --from BACKUP --data-dir DIR --id ID (-h for help)"
+const usageLine = "usage: cairn-node [flags] | cairn-node health [--grpc-addr host:port] [--cacert CA [--cert CERT --key KEY]] | cairn-node restore --from BACKUP --data-dir DIR --id ID | cairn-node certs --dir DIR --nodes n1,n2,n3 (-h for help)"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -72,6 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runHealth(args[1:], stdout, stderr)
 	} else if len(args) > 0 && args[0] == "restore" {
 		err = runRestore(args[1:], stdout, stderr)
+	} else if len(args) > 0 && args[0] == "certs" {
+		err = runCerts(args[1:], stdout, stderr)
 	} else {
 		err = runServer(ctx, args, stdout, stderr)
 	}

@@ -27,6 +27,12 @@
 // exit that skips the teardown, so the test keeps its own deadline well
 // inside it).
 //
+// TestComposeClusterTLS does the same, shorter, for the TLS variant
+// (docker-compose.tls.yml on top): certificates from `cairn-node certs` in
+// a one-shot container, TLS health checks, the CLI with mutual TLS from the
+// host, a leader kill, reads from every node, and clients without the
+// right certificates refused (make compose-test-tls).
+//
 // # Running it
 //
 //	make compose-test      # CAIRN_COMPOSE_TEST=1 go test -v -run TestComposeCluster ./deploy/composetest

@@ -3,6 +3,7 @@ package composetest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -34,6 +36,14 @@ type harness struct {
 	image   string   // image tag, unique per run
 	net     string   // CAIRN_NET: the first three octets of the project's /24
 	cli     string   // the cairn CLI on the host
+	// files are the compose files, relative to root (docker-compose.yml,
+	// and docker-compose.tls.yml for the TLS variant).
+	files []string
+	// cliArgs go before every CLI command (the TLS variant's certificates).
+	cliArgs []string
+	// tls is the TLS configuration of the test's own gRPC calls (nil:
+	// plaintext).
+	tls *tls.Config
 
 	// hostPorts are the host ports the services' gRPC ports are published
 	// on (CAIRN_NODEn_PORT), fixed for the run: a port Docker picks
@@ -112,6 +122,7 @@ func newHarness(t *testing.T, compose []string) *harness {
 		compose: compose,
 		project: "cairntest" + id,
 		image:   "cairn-composetest:" + id,
+		files:   []string{"docker-compose.yml"},
 	}
 	h.pickNet()
 	h.pickPorts()
@@ -181,7 +192,10 @@ func (h *harness) run(ctx context.Context, name string, args ...string) (string,
 // node4 and node5 part of it.
 func (h *harness) composeCmd(ctx context.Context, scale bool, args ...string) (string, error) {
 	a := append([]string(nil), h.compose[1:]...)
-	a = append(a, "-f", filepath.Join(h.root, "docker-compose.yml"), "-p", h.project)
+	for _, f := range h.files {
+		a = append(a, "-f", filepath.Join(h.root, f))
+	}
+	a = append(a, "-p", h.project)
 	if scale {
 		a = append(a, "--profile", "scale")
 	}
@@ -284,7 +298,7 @@ func (h *harness) endpoints(services ...string) string {
 
 // cairn runs the CLI against endpoints.
 func (h *harness) cairn(ctx context.Context, endpoints string, args ...string) (string, error) {
-	a := append([]string{"--endpoints", endpoints, "--timeout", "30s"}, args...)
+	a := append(append([]string{"--endpoints", endpoints, "--timeout", "30s"}, h.cliArgs...), args...)
 	cmd := exec.CommandContext(ctx, h.cli, a...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -466,7 +480,11 @@ func (h *harness) scanCLI(ctx context.Context, endpoints, consistency string) ([
 // scanNode lists the test's keys with linearizable gRPC Scans sent to one
 // node (not to the leader: the node itself forwards them).
 func (h *harness) scanNode(ctx context.Context, addr string) ([]kv, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if h.tls != nil {
+		creds = credentials.NewTLS(h.tls)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, err
 	}
