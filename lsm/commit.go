@@ -311,6 +311,9 @@ func (d *DB) switchMemTableLocked(n, count int) error {
 	if !d.opts.DisableWAL {
 		if oldLog.w != nil {
 			if err = oldLog.w.Flush(); err == nil {
+				err = finishWAL(oldLog.file)
+			}
+			if err == nil {
 				err = oldLog.file.Sync()
 			}
 			if cerr := oldLog.file.Close(); err == nil {

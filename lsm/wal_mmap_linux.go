@@ -64,7 +64,9 @@ type mmapWAL struct {
 	retiring sync.WaitGroup
 	// retireErr is the first error unmapping a chunk.
 	retireErr atomic.Pointer[error]
-	err       error
+	// finished: finish ran; Write fails, Sync and Close work.
+	finished bool
+	err      error
 }
 
 // preparedChunk is a background preparation's result.
@@ -107,6 +109,9 @@ func (w *mmapWAL) reserve() error {
 func (w *mmapWAL) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
+	}
+	if w.finished {
+		return 0, errors.New("lsm: write to a finished WAL")
 	}
 	n := 0
 	for len(p) > 0 {
@@ -219,10 +224,23 @@ func (w *mmapWAL) Sync() error {
 	return w.File.Sync()
 }
 
-// Close unmaps the file, truncates it to the bytes written and closes it.
-// The truncation need not be durable: the longer file ends in zeros, a
-// clean end to the reader.
-func (w *mmapWAL) Close() error {
+// finishWAL ends a WAL that takes no more writes before its final sync:
+// a mapped WAL unmaps its chunks and is truncated to the bytes written, so
+// that the fsync writes back no zero-filled space reserved past them (up
+// to two chunks: the current one's rest and the one prepared ahead).
+func finishWAL(f vfs.File) error {
+	if w, ok := f.(*mmapWAL); ok {
+		return w.finish()
+	}
+	return nil
+}
+
+// finish unmaps the chunks, waits for those being unmapped and truncates
+// the file to the bytes written. Later Writes fail; Sync and Close work.
+func (w *mmapWAL) finish() error {
+	if w.finished {
+		return nil
+	}
 	var errs []error
 	if w.chunk != nil {
 		errs = append(errs, unix.Munmap(w.chunk))
@@ -240,7 +258,22 @@ func (w *mmapWAL) Close() error {
 	if w.err == nil {
 		errs = append(errs, w.File.Truncate(w.off))
 	}
-	errs = append(errs, w.File.Close())
+	w.finished = true
+	if err := errors.Join(errs...); err != nil {
+		if w.err == nil {
+			w.err = err
+		}
+		return err
+	}
+	return nil
+}
+
+// Close unmaps the file, truncates it to the bytes written (see finish)
+// and closes it. The truncation need not be durable: the longer file ends
+// in zeros, a clean end to the reader.
+func (w *mmapWAL) Close() error {
+	ferr := w.finish()
+	err := errors.Join(ferr, w.File.Close())
 	w.err = errors.New("lsm: WAL closed")
-	return errors.Join(errs...)
+	return err
 }

@@ -117,7 +117,8 @@ func TestMmapWALDisabled(t *testing.T) {
 // being prepared in the background) ends empty; writes that end exactly on
 // chunk boundaries, and one write spanning several chunks, land byte for
 // byte (each chunk is prepared ahead, taken at the boundary, and the left
-// one unmapped in the background).
+// one unmapped in the background), and finishWAL truncates the reserved
+// tail before the final sync.
 func TestMmapWALChunkEdges(t *testing.T) {
 	dir := t.TempDir()
 	open := func(name string) (*mmapWAL, string) {
@@ -169,6 +170,21 @@ func TestMmapWALChunkEdges(t *testing.T) {
 	}
 	if len(got) < len(want) || !bytes.Equal(got[:len(want)], want) || bytes.ContainsFunc(got[len(want):], func(r rune) bool { return r != 0 }) {
 		t.Fatalf("open WAL: %d bytes on disk do not start with the %d written followed by zeros", len(got), len(want))
+	}
+	// finishWAL, as a memtable switch does before the final fsync: the
+	// reserved zeros past the written bytes are cut off first, so that
+	// the fsync does not write them back.
+	if err := finishWAL(w); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(name); err != nil || fi.Size() != int64(len(want)) {
+		t.Fatalf("finished WAL: size %v (%v), want %d", fi.Size(), err, len(want))
+	}
+	if _, err := w.Write([]byte("x")); err == nil {
+		t.Fatal("Write after finishWAL succeeded")
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatalf("Sync after finishWAL: %v", err)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
