@@ -102,12 +102,7 @@ func (d *DB) commit(b *Batch, wo *WriteOptions, precommit func(b *Batch) error) 
 		}
 		d.mu.Lock()
 		if err != nil || b.Empty() {
-			d.mu.writers = d.mu.writers[1:]
-			if len(d.mu.writers) > 0 {
-				d.mu.writers[0].cond.signal()
-			} else {
-				d.mu.bgCond.Broadcast()
-			}
+			d.popWritersLocked(1)
 			d.mu.Unlock()
 			return err
 		}
@@ -191,14 +186,26 @@ func (d *DB) commit(b *Batch, wo *WriteOptions, precommit func(b *Batch) error) 
 			g.cond.signal()
 		}
 	}
-	d.mu.writers = d.mu.writers[len(group):]
-	if len(d.mu.writers) > 0 {
+	d.popWritersLocked(len(group))
+	d.mu.Unlock()
+	return err
+}
+
+// popWritersLocked removes the first n writers from the commit queue and
+// wakes the next leader, or, when the queue is empty, whoever waits for it
+// to drain (Close). The queue keeps its array: the writers left move to the
+// front, so that a Write does not allocate to queue itself (re-slicing
+// from the front would shrink the capacity until append reallocates).
+// REQUIRES: d.mu held.
+func (d *DB) popWritersLocked(n int) {
+	k := copy(d.mu.writers, d.mu.writers[n:])
+	clear(d.mu.writers[k:])
+	d.mu.writers = d.mu.writers[:k]
+	if k > 0 {
 		d.mu.writers[0].cond.signal()
 	} else {
 		d.mu.bgCond.Broadcast() // Close waits for the queue to drain
 	}
-	d.mu.Unlock()
-	return err
 }
 
 // buildGroupLocked returns the writers of the next commit group: the leader
@@ -304,6 +311,9 @@ func (d *DB) switchMemTableLocked(n, count int) error {
 	if !d.opts.DisableWAL {
 		if oldLog.w != nil {
 			if err = oldLog.w.Flush(); err == nil {
+				err = finishWAL(oldLog.file)
+			}
+			if err == nil {
 				err = oldLog.file.Sync()
 			}
 			if cerr := oldLog.file.Close(); err == nil {

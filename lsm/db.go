@@ -209,7 +209,8 @@ func (d *DB) Close() error {
 	errs := []error{flushErr, d.mu.bgErr}
 	if d.mu.log.w != nil {
 		w := d.mu.log.w
-		ferr, serr := w.Flush(), d.mu.log.file.Sync()
+		ferr := errors.Join(w.Flush(), finishWAL(d.mu.log.file))
+		serr := d.mu.log.file.Sync()
 		errs = append(errs, ferr, serr, d.mu.log.file.Close())
 		d.mu.log.w = nil
 		if ferr == nil && serr == nil && d.mu.bgErr == nil {

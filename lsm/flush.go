@@ -84,12 +84,7 @@ func (d *DB) releaseCommitLeadershipLocked(w *writer) {
 	if d.mu.writers[0] != w {
 		panic("lsm: releasing commit leadership not held")
 	}
-	d.mu.writers = d.mu.writers[1:]
-	if len(d.mu.writers) > 0 {
-		d.mu.writers[0].cond.signal()
-	} else {
-		d.mu.bgCond.Broadcast()
-	}
+	d.popWritersLocked(1)
 }
 
 // maybeScheduleFlushLocked starts the flush goroutine if memtables wait.

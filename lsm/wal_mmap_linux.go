@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -31,19 +33,46 @@ const walChunkBytes = 1 << 20
 // so that a full disk is an error from Write, never a SIGBUS on a store
 // into a hole. The file is therefore longer than what was written, with a
 // zero-filled tail, which the record reader reads as a clean end (see
-// package record); Close truncates it to the bytes written. Only the chunk
-// being written is mapped: earlier chunks are unmapped when the writer
-// moves past them, so the WAL adds at most one chunk to the process's
-// resident memory.
+// package record); Close truncates it to the bytes written.
+//
+// The system calls around a chunk stay off the writer's path: the next
+// chunk is reserved, mapped and faulted in by a goroutine started once the
+// writer is half-way through the current one (or at creation, for the
+// first), and a chunk the writer has left is unmapped, and its writeback
+// started (sync_file_range), by another. At a chunk boundary the writer
+// only takes the prepared mapping (waiting for it if it is not ready).
+// Early writeback leaves little for the fsync that closes the WAL at a
+// memtable switch, which runs on the writer's path; it writes nothing the
+// fsync would not have. At most two chunks are mapped at a time (the
+// current one and the next), plus chunks being unmapped.
 type mmapWAL struct {
 	*os.File
-	// off is the number of bytes written; reserved the file size after
-	// the last fallocate (a multiple of walChunkBytes).
-	off, reserved int64
+	// off is the number of bytes written.
+	off int64
+	// reserved is the file size after the last fallocate (a multiple of
+	// walChunkBytes). It belongs to whoever prepares a chunk: at most one
+	// preparation runs at a time, and ahead's channel orders them.
+	reserved int64
 	// chunk is the mapping of [chunkOff, chunkOff+walChunkBytes), or nil.
 	chunk    []byte
 	chunkOff int64
+	// ahead, if not nil, receives the mapping of the chunk at aheadOff,
+	// being prepared in the background.
+	ahead    chan preparedChunk
+	aheadOff int64
+	// retiring counts the chunks being unmapped in the background.
+	retiring sync.WaitGroup
+	// retireErr is the first error unmapping a chunk.
+	retireErr atomic.Pointer[error]
+	// finished: finish ran; Write fails, Sync and Close work.
+	finished bool
 	err      error
+}
+
+// preparedChunk is a background preparation's result.
+type preparedChunk struct {
+	m   []byte
+	err error
 }
 
 // newWALFile wraps a newly created WAL file for mmap appends when it is an
@@ -63,6 +92,7 @@ func newWALFile(f vfs.File, o *Options) vfs.File {
 		// The file is still empty.
 		return f
 	}
+	w.prepareAhead(0)
 	return w
 }
 
@@ -80,6 +110,9 @@ func (w *mmapWAL) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
+	if w.finished {
+		return 0, errors.New("lsm: write to a finished WAL")
+	}
 	n := 0
 	for len(p) > 0 {
 		if w.chunk == nil || w.off >= w.chunkOff+walChunkBytes {
@@ -93,33 +126,93 @@ func (w *mmapWAL) Write(p []byte) (int, error) {
 		w.off += int64(c)
 		n += c
 	}
+	if w.ahead == nil && w.off-w.chunkOff >= walChunkBytes/2 {
+		w.prepareAhead(w.chunkOff + walChunkBytes)
+	}
 	return n, nil
 }
 
-// nextChunk maps the chunk holding w.off, reserving it first if needed.
-func (w *mmapWAL) nextChunk() error {
-	if w.chunk != nil {
-		if err := unix.Munmap(w.chunk); err != nil {
-			return fmt.Errorf("lsm: unmapping WAL: %w", err)
-		}
-		w.chunk = nil
-	}
-	start := w.off / walChunkBytes * walChunkBytes
+// prepareAhead starts preparing the chunk at start in the background.
+// REQUIRES: w.ahead == nil.
+func (w *mmapWAL) prepareAhead(start int64) {
+	ch := make(chan preparedChunk, 1)
+	w.ahead, w.aheadOff = ch, start
+	go func() {
+		m, err := w.prepare(start)
+		ch <- preparedChunk{m: m, err: err}
+	}()
+}
+
+// takeAhead waits for the chunk being prepared and returns it.
+// REQUIRES: w.ahead != nil.
+func (w *mmapWAL) takeAhead() preparedChunk {
+	r := <-w.ahead
+	w.ahead = nil
+	return r
+}
+
+// prepare reserves the chunk at start if needed, maps it and faults it in.
+func (w *mmapWAL) prepare(start int64) ([]byte, error) {
 	for w.reserved < start+walChunkBytes {
 		if err := w.reserve(); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	m, err := unix.Mmap(int(w.Fd()), start, walChunkBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return fmt.Errorf("lsm: mapping WAL: %w", err)
+		return nil, fmt.Errorf("lsm: mapping WAL: %w", err)
 	}
 	// Fault the whole chunk in, writable, with one call rather than one
 	// page fault per page on the commit path (page faults are costly in
 	// virtual machines). Best effort: kernels before 5.14 refuse it.
 	_ = unix.Madvise(m, unix.MADV_POPULATE_WRITE)
-	w.chunk, w.chunkOff = m, start
+	return m, nil
+}
+
+// nextChunk makes the chunk holding w.off the mapped one: the chunk
+// prepared ahead, or one prepared now if none is (or another is).
+func (w *mmapWAL) nextChunk() error {
+	if errp := w.retireErr.Load(); errp != nil {
+		return *errp
+	}
+	if w.chunk != nil {
+		w.retire(w.chunk, w.chunkOff)
+		w.chunk = nil
+	}
+	start := w.off / walChunkBytes * walChunkBytes
+	if w.ahead != nil && w.aheadOff != start {
+		if r := w.takeAhead(); r.err == nil {
+			w.retire(r.m, -1)
+		}
+	}
+	if w.ahead == nil {
+		w.prepareAhead(start)
+	}
+	r := w.takeAhead()
+	if r.err != nil {
+		return r.err
+	}
+	w.chunk, w.chunkOff = r.m, start
 	return nil
+}
+
+// retire unmaps chunk m in the background and, if it was written (off >=
+// 0), starts writing back its pages.
+func (w *mmapWAL) retire(m []byte, off int64) {
+	w.retiring.Add(1)
+	go func() {
+		defer w.retiring.Done()
+		if err := unix.Munmap(m); err != nil {
+			err = fmt.Errorf("lsm: unmapping WAL: %w", err)
+			w.retireErr.CompareAndSwap(nil, &err)
+			return
+		}
+		if off >= 0 {
+			// Best effort: only starts writeback; fsync still decides
+			// durability.
+			_ = unix.SyncFileRange(int(w.Fd()), off, walChunkBytes, unix.SYNC_FILE_RANGE_WRITE)
+		}
+	}()
 }
 
 // Sync makes the written bytes durable: fsync writes back the file's dirty
@@ -131,19 +224,56 @@ func (w *mmapWAL) Sync() error {
 	return w.File.Sync()
 }
 
-// Close unmaps the file, truncates it to the bytes written and closes it.
-// The truncation need not be durable: the longer file ends in zeros, a
-// clean end to the reader.
-func (w *mmapWAL) Close() error {
+// finishWAL ends a WAL that takes no more writes before its final sync:
+// a mapped WAL unmaps its chunks and is truncated to the bytes written, so
+// that the fsync writes back no zero-filled space reserved past them (up
+// to two chunks: the current one's rest and the one prepared ahead).
+func finishWAL(f vfs.File) error {
+	if w, ok := f.(*mmapWAL); ok {
+		return w.finish()
+	}
+	return nil
+}
+
+// finish unmaps the chunks, waits for those being unmapped and truncates
+// the file to the bytes written. Later Writes fail; Sync and Close work.
+func (w *mmapWAL) finish() error {
+	if w.finished {
+		return nil
+	}
 	var errs []error
 	if w.chunk != nil {
 		errs = append(errs, unix.Munmap(w.chunk))
 		w.chunk = nil
 	}
+	if w.ahead != nil {
+		if r := w.takeAhead(); r.err == nil {
+			errs = append(errs, unix.Munmap(r.m))
+		}
+	}
+	w.retiring.Wait()
+	if errp := w.retireErr.Load(); errp != nil {
+		errs = append(errs, *errp)
+	}
 	if w.err == nil {
 		errs = append(errs, w.File.Truncate(w.off))
 	}
-	errs = append(errs, w.File.Close())
+	w.finished = true
+	if err := errors.Join(errs...); err != nil {
+		if w.err == nil {
+			w.err = err
+		}
+		return err
+	}
+	return nil
+}
+
+// Close unmaps the file, truncates it to the bytes written (see finish)
+// and closes it. The truncation need not be durable: the longer file ends
+// in zeros, a clean end to the reader.
+func (w *mmapWAL) Close() error {
+	ferr := w.finish()
+	err := errors.Join(ferr, w.File.Close())
 	w.err = errors.New("lsm: WAL closed")
-	return errors.Join(errs...)
+	return err
 }

@@ -112,3 +112,84 @@ func TestMmapWALDisabled(t *testing.T) {
 		t.Fatalf("DisableWALMmap: got %T, want the file itself", wf)
 	}
 }
+
+// TestMmapWALChunkEdges: a WAL closed before any write (its first chunk is
+// being prepared in the background) ends empty; writes that end exactly on
+// chunk boundaries, and one write spanning several chunks, land byte for
+// byte (each chunk is prepared ahead, taken at the boundary, and the left
+// one unmapped in the background), and finishWAL truncates the reserved
+// tail before the final sync.
+func TestMmapWALChunkEdges(t *testing.T) {
+	dir := t.TempDir()
+	open := func(name string) (*mmapWAL, string) {
+		t.Helper()
+		name = filepath.Join(dir, name)
+		f, err := vfs.Default.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wf, ok := newWALFile(f, &Options{}).(*mmapWAL)
+		if !ok {
+			t.Skip("no fallocate on this file system: the WAL uses write(2)")
+		}
+		return wf, name
+	}
+	w, name := open("000001.log")
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(name); err != nil || fi.Size() != 0 {
+		t.Fatalf("WAL closed unwritten: size %v (%v), want 0", fi.Size(), err)
+	}
+
+	w, name = open("000002.log")
+	rng := rand.New(rand.NewPCG(3, 4))
+	var want []byte
+	write := func(n int) {
+		t.Helper()
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = byte(rng.Uint32())
+		}
+		if k, err := w.Write(p); err != nil || k != n {
+			t.Fatalf("Write(%d bytes) = %d, %v", n, k, err)
+		}
+		want = append(want, p...)
+	}
+	write(walChunkBytes / 2)          // starts preparing chunk 1
+	write(walChunkBytes / 2)          // ends exactly at the boundary
+	write(1)                          // takes chunk 1
+	write(walChunkBytes - 1)          // ends exactly at the next boundary
+	write(2*walChunkBytes + 4096 + 7) // spans chunks 2, 3 and into 4
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) < len(want) || !bytes.Equal(got[:len(want)], want) || bytes.ContainsFunc(got[len(want):], func(r rune) bool { return r != 0 }) {
+		t.Fatalf("open WAL: %d bytes on disk do not start with the %d written followed by zeros", len(got), len(want))
+	}
+	// finishWAL, as a memtable switch does before the final fsync: the
+	// reserved zeros past the written bytes are cut off first, so that
+	// the fsync does not write them back.
+	if err := finishWAL(w); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(name); err != nil || fi.Size() != int64(len(want)) {
+		t.Fatalf("finished WAL: size %v (%v), want %d", fi.Size(), err, len(want))
+	}
+	if _, err := w.Write([]byte("x")); err == nil {
+		t.Fatal("Write after finishWAL succeeded")
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatalf("Sync after finishWAL: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = os.ReadFile(name); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("closed WAL: %d bytes (%v), want the %d written", len(got), err, len(want))
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"time"
@@ -44,6 +45,9 @@ func main() {
 	flag.Int64Var(&def.CairnMinBlobSize, "cairn-min-blob-size", 0, "cairn lsm.Options.MinBlobSize (0: engine default, 4096; negative: no separation)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the benchmark(s) named by --profile-benchmark to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile taken after the benchmark(s) named by --profile-benchmark to this file")
+	blockProfile := flag.String("blockprofile", "", "write a blocking profile (every blocking event) of the benchmark(s) named by --profile-benchmark to this file")
+	mutexProfile := flag.String("mutexprofile", "", "write a mutex contention profile (every event) of the benchmark(s) named by --profile-benchmark to this file")
+	traceFile := flag.String("trace", "", "write a Go execution trace of the benchmark(s) named by --profile-benchmark to this file (go tool trace; -pprof=sched|sync|syscall for off-CPU time)")
 	profBench := flag.String("profile-benchmark", "readrandom", "benchmark name(s) to profile, comma-separated (a name after compact ends in @compacted)")
 	flag.BoolVar(&def.CairnDisableWALMmap, "cairn-disable-wal-mmap", false, "cairn lsm.Options.DisableWALMmap: WAL appends by write(2)")
 	flag.Parse()
@@ -69,7 +73,7 @@ func main() {
 	rep, err := dbbench.Run(dbbench.Options{
 		Engine: *engine, Dir: dir, Num: *num, Reads: *reads, SyncNum: *syncNum, ValueSize: *valueSize,
 		Benchmarks: strings.Split(*benchmarks, ","), Config: def, Seed: *seed, Log: log,
-		Profile: profiler(*cpuProfile, *memProfile, strings.Split(*profBench, ",")),
+		Profile: profiler(profiles{cpu: *cpuProfile, mem: *memProfile, block: *blockProfile, mutex: *mutexProfile, trace: *traceFile}, strings.Split(*profBench, ",")),
 	})
 	if err != nil {
 		os.RemoveAll(dir)
@@ -85,45 +89,78 @@ func main() {
 	}
 }
 
-// profiler returns dbbench.Options.Profile for --cpuprofile and
-// --memprofile: one CPU profile over every named benchmark, and an
-// allocation profile written after the last of them.
-func profiler(cpuFile, memFile string, names []string) func(string) func() {
-	if cpuFile == "" && memFile == "" {
+// profiles names the files of the profiles to take (empty: not taken).
+type profiles struct{ cpu, mem, block, mutex, trace string }
+
+// profiler returns dbbench.Options.Profile for --cpuprofile, --memprofile,
+// --blockprofile, --mutexprofile and --trace: one CPU profile and one
+// execution trace over every named benchmark, and allocation, blocking and
+// mutex profiles written after the last of them.
+func profiler(p profiles, names []string) func(string) func() {
+	if p == (profiles{}) {
 		return nil
 	}
-	var cpu *os.File
+	var cpu, tr *os.File
+	open := func(name string) *os.File {
+		f, err := os.Create(name)
+		if err != nil {
+			fail(err)
+		}
+		return f
+	}
+	writeProfile := func(file, name string) {
+		f := open(file)
+		if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+			fail(err)
+		}
+		f.Close()
+	}
 	return func(name string) func() {
 		if !slices.Contains(names, name) {
 			return nil
 		}
-		if cpuFile != "" {
-			var err error
+		if p.cpu != "" {
 			if cpu == nil {
-				if cpu, err = os.Create(cpuFile); err != nil {
-					fail(err)
-				}
+				cpu = open(p.cpu)
 			}
 			if err := pprof.StartCPUProfile(cpu); err != nil {
 				fail(err)
 			}
 		}
-		if memFile != "" {
+		if p.trace != "" {
+			if tr == nil {
+				tr = open(p.trace)
+			}
+			if err := trace.Start(tr); err != nil {
+				fail(err)
+			}
+		}
+		if p.mem != "" {
 			runtime.MemProfileRate = 4096
 		}
+		if p.block != "" {
+			runtime.SetBlockProfileRate(1)
+		}
+		if p.mutex != "" {
+			runtime.SetMutexProfileFraction(1)
+		}
 		return func() {
-			if cpuFile != "" {
+			if p.cpu != "" {
 				pprof.StopCPUProfile()
 			}
-			if memFile != "" {
-				f, err := os.Create(memFile)
-				if err != nil {
-					fail(err)
-				}
-				if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
-					fail(err)
-				}
-				f.Close()
+			if p.trace != "" {
+				trace.Stop()
+			}
+			if p.mem != "" {
+				writeProfile(p.mem, "allocs")
+			}
+			if p.block != "" {
+				runtime.SetBlockProfileRate(0)
+				writeProfile(p.block, "block")
+			}
+			if p.mutex != "" {
+				runtime.SetMutexProfileFraction(0)
+				writeProfile(p.mutex, "mutex")
 			}
 		}
 	}
