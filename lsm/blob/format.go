@@ -29,8 +29,8 @@ const (
 	// misread a raw record.
 	formatVersion    = 2
 	minFormatVersion = 1
-	headerMagic   = "cairnblb"
-	footerMagic   = "BLBF"
+	headerMagic      = "cairnblb"
+	footerMagic      = "BLBF"
 
 	// maxRecordLen bounds a record so that a corrupt length is never taken
 	// at face value.
