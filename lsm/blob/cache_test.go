@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/cairnkv/cairn/lsm/internal/base"
 )
@@ -178,6 +179,46 @@ func TestAllocatorClasses(t *testing.T) {
 	}
 	// Each class keeps its last (empty) slab; the dedicated mapping goes.
 	if m, o := a.stats(); m != 2*slabSize || o != 0 {
+		t.Fatalf("after freeing everything: mapped %d, outstanding %d", m, o)
+	}
+	if err := a.close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAllocatorSlabsAligned: slabs are whole huge pages (aligned to their
+// size), every byte of them usable, and empty slabs beyond a class's last
+// are unmapped (a wrong trim of the double mapping would fault or fail
+// here).
+func TestAllocatorSlabsAligned(t *testing.T) {
+	a := newAllocator()
+	const n = 4000
+	per := slabSize / classSizes[classOf(n)]
+	var bufs []*buffer
+	for range 3 * per { // three slabs
+		b, err := a.alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range b.b[:cap(b.b)] {
+			b.b[:cap(b.b)][i] = 0xa5
+		}
+		bufs = append(bufs, b)
+	}
+	seen := map[*slab]bool{}
+	for _, b := range bufs {
+		if p := uintptr(unsafe.Pointer(&b.slab.mem[0])); p%slabSize != 0 || len(b.slab.mem) != slabSize {
+			t.Fatalf("slab at %#x of %d bytes", p, len(b.slab.mem))
+		}
+		seen[b.slab] = true
+	}
+	if m, _ := a.stats(); len(seen) != 3 || m != 3*slabSize {
+		t.Fatalf("%d slabs, %d bytes mapped", len(seen), m)
+	}
+	for _, b := range bufs {
+		a.free(b)
+	}
+	if m, o := a.stats(); m != slabSize || o != 0 {
 		t.Fatalf("after freeing everything: mapped %d, outstanding %d", m, o)
 	}
 	if err := a.close(); err != nil {
