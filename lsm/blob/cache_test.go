@@ -225,3 +225,67 @@ func TestAllocatorSlabsAligned(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCacheTableGrows: a shard's table doubles while lookups run on other
+// goroutines. No lookup returns another key's value, and once the inserts
+// are done every inserted key is found (no entry was lost by a resize) and
+// evicted ones are not. Run it under -race.
+func TestCacheTableGrows(t *testing.T) {
+	c := NewCache(64 << 20) // 16 shards of 4 MiB: 1,024 buckets each at first
+	id := c.NewID()
+	const n = 40000 // small records: ~2,500 per shard, two doublings
+	val := func(off uint64) string { return fmt.Sprintf("value of %d", off) }
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				off := uint64(rng.IntN(n))
+				if h, ok := c.Get(id, 1, off); ok {
+					if string(h.Value()) != val(off) {
+						panic(fmt.Sprintf("key %d: got %q", off, h.Value()))
+					}
+					h.Release()
+				}
+			}
+		}()
+	}
+	for off := range uint64(n) {
+		insert(t, c, id, 1, off, []byte(val(off))).Release()
+	}
+	close(done)
+	wg.Wait()
+	for i := range c.shards {
+		if s := &c.shards[i]; len(s.table.Load().buckets) < len(s.ring) {
+			t.Fatalf("shard %d: %d buckets for %d entries", i, len(s.table.Load().buckets), len(s.ring))
+		}
+	}
+	for off := range uint64(n) {
+		h, ok := c.Get(id, 1, off)
+		if !ok {
+			t.Fatalf("key %d lost", off)
+		}
+		if string(h.Value()) != val(off) {
+			t.Fatalf("key %d: got %q", off, h.Value())
+		}
+		h.Release()
+	}
+	c.EvictFile(id, 1)
+	for off := range uint64(n) {
+		if h, ok := c.Get(id, 1, off); ok {
+			h.Release()
+			t.Fatalf("key %d found after its file was evicted", off)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
