@@ -100,9 +100,10 @@
 //
 // The cache maps (cache id, file number, offset) to the verified record,
 // so a read that meets a blob index asks the cache before anything else:
-// on a hit it takes no mutex (the lookup is a sync.Map load, a reference is
-// taken with a compare-and-swap, CLOCK eviction is told of the use with an
-// atomic store) and touches neither the blob file's metadata nor the
+// on a hit it takes no mutex (the lookup is atomic loads down a chain of
+// the shard's hash table, a reference is taken with a compare-and-swap,
+// CLOCK eviction is told of the use with an atomic store) and touches
+// neither the blob file's metadata nor the
 // reader cache. This is Titan's "blob cache first" order (TiKV
 // titan#112, measured there at +6% read throughput), done for iterators too.
 //
@@ -111,7 +112,9 @@
 // it decoded (its lengths and key as stored, then the value, no CRC; see
 // DecodeRecord), so that a hit decodes nothing; the hit path checks the
 // stored lengths and the key against the index either way. Cache memory comes from the cache's
-// own allocator: slabs mapped with mmap outside the Go heap, carved into
+// own allocator: slabs mapped with mmap outside the Go heap (2 MiB huge
+// pages where Linux has them, so that filling the cache faults once per
+// slab rather than once per 4 KiB), carved into
 // size classes 1/8 apart, so the cache's bytes are not doubled by the
 // garbage collector's headroom (GOGC) and are not scanned. A cache entry is
 // the raw buffer the record was read into, with a reference count: a hit
