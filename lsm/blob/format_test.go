@@ -237,6 +237,13 @@ func FuzzReader(f *testing.F) {
 	f.Add(good, xs[0].AppendEncoded(nil), []byte("k"))
 	f.Add(good, xs[1].AppendEncoded(nil), []byte("k2"))
 	f.Add(good[:40], xs[1].AppendEncoded(nil), []byte("k2"))
+	// A Snappy file with a record stored compressed and one stored raw.
+	sn, sxs := writeFileWith(f, 5, CompressionSnappy, [][2][]byte{
+		{[]byte("k"), bytes.Repeat([]byte("value "), 20)},
+		{[]byte("k2"), []byte{0x8f, 0x01, 0x77, 0xd2, 0x10, 0x5e, 0xaa, 0x03, 0xc4, 0x39}},
+	})
+	f.Add(sn, sxs[0].AppendEncoded(nil), []byte("k"))
+	f.Add(sn, sxs[1].AppendEncoded(nil), []byte("k2"))
 	f.Fuzz(func(t *testing.T, file, idx, key []byte) {
 		r, err := NewReader(memFile{bytes.NewReader(file)}, 5, int64(len(file)))
 		if err != nil {
@@ -364,6 +371,10 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(snappyRecord([]byte("k"), []byte{0xff, 0xff, 0xff, 0x0f, 0}), []byte("k"), uint8(1), true)
 	f.Add(snappyRecord([]byte("key"), []byte("plain")), []byte("key"), uint8(0), false)
 	f.Add([]byte{1, 0, 0, 0}, []byte(nil), uint8(1), true)
+	raw := snappyRecord([]byte("k"), []byte("stored raw"))
+	raw[7] |= 0x80 // the raw flag
+	f.Add(raw, []byte("k"), uint8(1), true)
+	f.Add(raw, []byte("k"), uint8(0), true)
 	f.Fuzz(func(t *testing.T, rec, key []byte, comp uint8, fixCRC bool) {
 		c := Compression(comp % 3) // 2 is unknown
 		if fixCRC && len(rec) >= RecordTrailer {
