@@ -96,17 +96,49 @@ func TestBlobCompressed(t *testing.T) {
 	}
 }
 
-// TestBlobCompressedCorruption damages a Snappy record below the cache
-// and reads it through a cold cache, by Get and by an iterator: a
-// corruption error, never a wrong value.
+// TestBlobCompressedCorruption damages a record of a Snappy blob file
+// below the cache, one stored compressed and one stored raw (a value that
+// does not compress), and reads it through a cold cache, by Get and by an
+// iterator: a corruption error, never a wrong value.
 func TestBlobCompressedCorruption(t *testing.T) {
+	for _, kind := range []string{"compressed", "raw"} {
+		t.Run(kind, func(t *testing.T) { testBlobCompressedCorruption(t, kind) })
+	}
+}
+
+// randomBlobValue is a value of n random bytes derived from key: Snappy
+// does not shrink it, so a Snappy blob file stores it raw.
+func randomBlobValue(key string, n int) []byte {
+	var seed uint64
+	for _, c := range key {
+		seed = seed*31 + uint64(c)
+	}
+	rng := rand.New(rand.NewPCG(seed, 1))
+	v := make([]byte, n)
+	for i := range v {
+		v[i] = byte(rng.Uint32())
+	}
+	return v
+}
+
+func testBlobCompressedCorruption(t *testing.T, kind string) {
+	valueFor := func(k string) []byte {
+		if kind == "raw" {
+			return randomBlobValue(k, 2000)
+		}
+		return blobValueFor(k, 0, 2000)
+	}
+	want := blob.CompressionSnappy
+	if kind == "raw" {
+		want = blob.CompressionNone
+	}
 	fs := vfs.NewMem()
 	o := blobTestOptions(fs, 64)
 	o.BlobCompression = SnappyCompression
 	d := mustOpen(t, "db", o)
 	for i := range 10 {
 		k := fmt.Sprintf("k%d", i)
-		if err := d.Put([]byte(k), blobValueFor(k, 0, 2000), NoSync); err != nil {
+		if err := d.Put([]byte(k), valueFor(k), NoSync); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -126,6 +158,12 @@ func TestBlobCompressedCorruption(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	if x.Compression != want {
+		t.Fatalf("%s value stored %s", kind, x.Compression)
+	}
+	if c := blobFileCompression(t, d, files[0]); c != blob.CompressionSnappy {
+		t.Fatalf("blob file is %s", c)
+	}
 	d.Close()
 	corruptFile(t, fs, base.MakeFilepath("db", base.FileTypeBlob, files[0]), int64(x.Offset+x.Len/2))
 	d = mustOpen(t, "db", o)
@@ -138,7 +176,7 @@ func TestBlobCompressedCorruption(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || !bytes.Equal(got, blobValueFor(k, 0, 2000)) {
+		if err != nil || !bytes.Equal(got, valueFor(k)) {
 			t.Fatalf("Get(%s): %v", k, err)
 		}
 	}
@@ -150,7 +188,7 @@ func TestBlobCompressedCorruption(t *testing.T) {
 	}
 	n := 0
 	for ok := it.First(); ok; ok = it.Next() {
-		if !bytes.Equal(it.Value(), blobValueFor(string(it.Key()), 0, 2000)) {
+		if !bytes.Equal(it.Value(), valueFor(string(it.Key()))) {
 			t.Fatalf("iterator returned a wrong value for %s", it.Key())
 		}
 		n++

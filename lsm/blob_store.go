@@ -225,7 +225,8 @@ type fileReadahead struct {
 	// buffer is dropped); window the size of the last read.
 	nextOff uint64
 	window  int
-	// compression is the file's, checked against every index served.
+	// compression is the file's: a record's is the file's or, stored
+	// raw, none; checked against every index served.
 	compression blob.Compression
 }
 
@@ -256,13 +257,19 @@ func (ra *blobReadahead) view(d *DB, x blob.Index, ukey []byte) (blob.Handle, er
 		// Decoded into the iterator's scratch buffer, which the next
 		// value reuses: the iterator releases a value before it asks for
 		// the next.
-		v, err := blob.ReadValue(x.Compression, rec, ukey, &ra.scratch)
+		v, c, err := blob.ReadValue(f.compression, rec, ukey, &ra.scratch)
+		if err == nil && c != x.Compression {
+			err = base.CorruptionErrorf("blob: record's value is stored %s, index says %s", c, x.Compression)
+		}
 		if err != nil {
 			return blob.Handle{}, fmt.Errorf("blob: file %s: record at %d: %w", x.FileNum, x.Offset, err)
 		}
 		return blob.ViewHandle(v, 0, len(v)), nil
 	}
 	vs, vl, err := blob.VerifyRecord(rec, ukey)
+	if err == nil {
+		err = blob.CheckRecordCompression(f.compression, x, rec)
+	}
 	if err != nil {
 		return blob.Handle{}, fmt.Errorf("blob: file %s: record at %d: %w", x.FileNum, x.Offset, err)
 	}
@@ -277,9 +284,7 @@ func (ra *fileReadahead) record(d *DB, x blob.Index) ([]byte, error) {
 		return nil, base.CorruptionErrorf("blob: file %s: record [%d, +%d) outside the data", x.FileNum, x.Offset, x.Len)
 	}
 	if x.Offset >= ra.start && end <= ra.start+uint64(len(ra.buf)) {
-		if x.Compression != ra.compression {
-			return nil, base.CorruptionErrorf("blob: file %s holds %s values, index says %s", x.FileNum, ra.compression, x.Compression)
-		}
+		// The caller checks the record's compression against x's.
 		return ra.buf[x.Offset-ra.start : end-ra.start : end-ra.start], nil
 	}
 	// Sequential: x starts in the last window's tail (a record cut by the

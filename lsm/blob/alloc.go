@@ -13,10 +13,18 @@ import (
 // slab of its class), so memory released by the cache returns to the
 // operating system rather than staying with a class that no longer needs
 // it.
+//
+// A slab is one 2 MiB huge page: aligned to its size and, on Linux,
+// madvise(MADV_HUGEPAGE)'d, so that filling the cache faults once per
+// slab instead of 512 times. A fault is expensive on a virtual machine
+// (the shared 2-core VM of bench/RESULTS.md: ~15 µs per 4 KiB page against
+// ~9 µs per 4 KiB of a huge page, and 0.25 µs to zero 4 KiB), and a cold
+// cache faults once per 4 KiB it fills: it was half of readrandom's CPU
+// while the 64 MiB cache filled.
 const (
 	minClass = 64
 	maxClass = 256 << 10
-	slabSize = 1 << 20
+	slabSize = 2 << 20
 )
 
 var classSizes = func() []int {
@@ -102,7 +110,7 @@ func (a *allocator) alloc(n int) (*buffer, error) {
 		s = p[len(p)-1]
 	} else {
 		size := classSizes[c]
-		mem, err := mmapBytes(max(slabSize, size))
+		mem, err := mmapSlab()
 		if err != nil {
 			return nil, err
 		}

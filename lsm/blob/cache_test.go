@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/cairnkv/cairn/lsm/internal/base"
 )
@@ -181,6 +182,110 @@ func TestAllocatorClasses(t *testing.T) {
 		t.Fatalf("after freeing everything: mapped %d, outstanding %d", m, o)
 	}
 	if err := a.close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAllocatorSlabsAligned: slabs are whole huge pages (aligned to their
+// size), every byte of them usable, and empty slabs beyond a class's last
+// are unmapped (a wrong trim of the double mapping would fault or fail
+// here).
+func TestAllocatorSlabsAligned(t *testing.T) {
+	a := newAllocator()
+	const n = 4000
+	per := slabSize / classSizes[classOf(n)]
+	var bufs []*buffer
+	for range 3 * per { // three slabs
+		b, err := a.alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range b.b[:cap(b.b)] {
+			b.b[:cap(b.b)][i] = 0xa5
+		}
+		bufs = append(bufs, b)
+	}
+	seen := map[*slab]bool{}
+	for _, b := range bufs {
+		if p := uintptr(unsafe.Pointer(&b.slab.mem[0])); p%slabSize != 0 || len(b.slab.mem) != slabSize {
+			t.Fatalf("slab at %#x of %d bytes", p, len(b.slab.mem))
+		}
+		seen[b.slab] = true
+	}
+	if m, _ := a.stats(); len(seen) != 3 || m != 3*slabSize {
+		t.Fatalf("%d slabs, %d bytes mapped", len(seen), m)
+	}
+	for _, b := range bufs {
+		a.free(b)
+	}
+	if m, o := a.stats(); m != slabSize || o != 0 {
+		t.Fatalf("after freeing everything: mapped %d, outstanding %d", m, o)
+	}
+	if err := a.close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCacheTableGrows: a shard's table doubles while lookups run on other
+// goroutines. No lookup returns another key's value, and once the inserts
+// are done every inserted key is found (no entry was lost by a resize) and
+// evicted ones are not. Run it under -race.
+func TestCacheTableGrows(t *testing.T) {
+	c := NewCache(64 << 20) // 16 shards of 4 MiB: 1,024 buckets each at first
+	id := c.NewID()
+	const n = 40000 // small records: ~2,500 per shard, two doublings
+	val := func(off uint64) string { return fmt.Sprintf("value of %d", off) }
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				off := uint64(rng.IntN(n))
+				if h, ok := c.Get(id, 1, off); ok {
+					if string(h.Value()) != val(off) {
+						panic(fmt.Sprintf("key %d: got %q", off, h.Value()))
+					}
+					h.Release()
+				}
+			}
+		}()
+	}
+	for off := range uint64(n) {
+		insert(t, c, id, 1, off, []byte(val(off))).Release()
+	}
+	close(done)
+	wg.Wait()
+	for i := range c.shards {
+		if s := &c.shards[i]; len(s.table.Load().buckets) < len(s.ring) {
+			t.Fatalf("shard %d: %d buckets for %d entries", i, len(s.table.Load().buckets), len(s.ring))
+		}
+	}
+	for off := range uint64(n) {
+		h, ok := c.Get(id, 1, off)
+		if !ok {
+			t.Fatalf("key %d lost", off)
+		}
+		if string(h.Value()) != val(off) {
+			t.Fatalf("key %d: got %q", off, h.Value())
+		}
+		h.Release()
+	}
+	c.EvictFile(id, 1)
+	for off := range uint64(n) {
+		if h, ok := c.Get(id, 1, off); ok {
+			h.Release()
+			t.Fatalf("key %d found after its file was evicted", off)
+		}
+	}
+	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
 }

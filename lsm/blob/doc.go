@@ -24,16 +24,19 @@
 //	| magic "cairnblb" (8) | version (1) | compression (1) | reserved (2) | CRC32C of bytes 0..11 (4) |
 //	+----------------------+-------------+-----------------+--------------+---------------------------+
 //
-// version is 1. compression is the algorithm of every record's value in
-// the file (one per file, chosen by lsm.Options.BlobCompression when the
-// file is written):
+// version is 2 (written since records of a compressed file may be stored
+// raw, see the record's flag below); a reader reads versions 1 and 2 the
+// same way (no version 1 file sets the flag) and refuses any other, so a
+// reader older than the flag refuses a file that may hold one instead of
+// misreading it. compression is the algorithm of the file's values (one
+// per file, chosen by lsm.Options.BlobCompression when the file is
+// written):
 //
 //	0  none:   the stored value is the value.
 //	1  snappy: the stored value is the value in the Snappy block format
 //	           (a uvarint of the value's length, then Snappy elements), as
 //	           the tables' Snappy blocks hold it, without their length
-//	           prefix. Every value of the file is stored so, even one that
-//	           does not shrink (Snappy adds a few bytes to random data).
+//	           prefix, unless the record is flagged raw.
 //
 // A reader refuses a file that names any other value (it reports
 // corruption rather than guess).
@@ -45,8 +48,18 @@
 //	|                 |                   |                 | length)             |                        |
 //	+-----------------+-------------------+-----------------+---------------------+------------------------+
 //
-// value length is the stored value's length: compressed, in a compressed
-// file. The CRC (Castagnoli, unmasked) covers the two lengths, the key and
+// value length's bit 31 is the raw flag; its bits 0..30 are the stored
+// value's length: compressed, in a compressed file, unless the flag is
+// set. The flag says that the stored value is the value itself in a file
+// whose compression is not none: the writer compresses each value and
+// keeps the result only if it saves at least an eighth of the value
+// (compressed < raw - raw/8, the rule RocksDB and Pebble apply to their
+// blocks), else stores the value raw, so that a read of a value that does
+// not compress (random, encrypted or already compressed data) decodes
+// nothing. A record of a file of compression none never sets the flag (a
+// reader reports one that does as corruption); no record of a version 1
+// file sets it (lengths are below 2^30). The CRC (Castagnoli, unmasked)
+// covers the two length fields (the flag with them), the key and
 // the stored value, so damage is caught before anything is decoded; a
 // stored value that passes the CRC and does not decode (to exactly the
 // length its header promises, at most 22 times its own length, Snappy's
@@ -76,8 +89,9 @@
 //	| compression (1) | file number uvarint| offset uvarint   | record length uvarint |
 //	+-----------------+--------------------+------------------+-----------------------+
 //
-// compression is the file's (a read checks that they agree, since a
-// record decoded with the wrong algorithm would be a wrong value). offset
+// compression is the record's: the file's, or none for a record flagged
+// raw (a read checks that index, record and file agree, since a record
+// decoded with the wrong algorithm would be a wrong value). offset
 // is the record's offset in the blob file and record length its full
 // stored length (lengths, key, stored value and CRC), so a read is one
 // positioned read of exactly that many bytes.
@@ -86,18 +100,21 @@
 //
 // The cache maps (cache id, file number, offset) to the verified record,
 // so a read that meets a blob index asks the cache before anything else:
-// on a hit it takes no mutex (the lookup is a sync.Map load, a reference is
-// taken with a compare-and-swap, CLOCK eviction is told of the use with an
-// atomic store) and touches neither the blob file's metadata nor the
+// on a hit it takes no mutex (the lookup is atomic loads down a chain of
+// the shard's hash table, a reference is taken with a compare-and-swap,
+// CLOCK eviction is told of the use with an atomic store) and touches
+// neither the blob file's metadata nor the
 // reader cache. This is Titan's "blob cache first" order (TiKV
 // titan#112, measured there at +6% read throughput), done for iterators too.
 //
 // A record enters the cache only after its CRC and key are checked, so a
-// hit never returns unverified bytes. A record of a compressed file enters
+// hit never returns unverified bytes. A compressed record enters
 // it decoded (its lengths and key as stored, then the value, no CRC; see
 // DecodeRecord), so that a hit decodes nothing; the hit path checks the
 // stored lengths and the key against the index either way. Cache memory comes from the cache's
-// own allocator: slabs mapped with mmap outside the Go heap, carved into
+// own allocator: slabs mapped with mmap outside the Go heap (2 MiB huge
+// pages where Linux has them, so that filling the cache faults once per
+// slab rather than once per 4 KiB), carved into
 // size classes 1/8 apart, so the cache's bytes are not doubled by the
 // garbage collector's headroom (GOGC) and are not scanned. A cache entry is
 // the raw buffer the record was read into, with a reference count: a hit

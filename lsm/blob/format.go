@@ -22,14 +22,39 @@ const (
 	// RecordOverhead is the bytes a record adds to its key and value.
 	RecordOverhead = RecordHeaderLen + RecordTrailer
 
-	formatVersion = 1
-	headerMagic   = "cairnblb"
-	footerMagic   = "BLBF"
+	// formatVersion is the version the writer writes: 2 since records
+	// of a compressed file may be stored raw (rawValueFlag). A reader
+	// reads versions 1 and 2 alike (a version 1 file never sets the
+	// flag); an older reader refuses version 2 as unknown rather than
+	// misread a raw record.
+	formatVersion    = 2
+	minFormatVersion = 1
+	headerMagic      = "cairnblb"
+	footerMagic      = "BLBF"
 
 	// maxRecordLen bounds a record so that a corrupt length is never taken
 	// at face value.
 	maxRecordLen = 1 << 30
+
+	// rawValueFlag, set in a record's value length field, says that the
+	// stored value is the value itself although the file's compression
+	// is not none: it did not compress well enough (see
+	// compressedGoodEnough). The length is the field's other bits.
+	rawValueFlag = 1 << 31
 )
+
+// compressedGoodEnough reports whether a value of rawLen bytes that
+// compressed to compressedLen is worth storing compressed: when it saves
+// at least an eighth. RocksDB (GoodCompressionRatio) and Pebble keep a
+// compressed block on the same condition; below it the bytes saved do not
+// pay for decoding on every cache miss (a blob is decoded on each miss,
+// and a 4 KiB Snappy decode costs about as much as the read's copy and
+// CRC together), and a value that saves less is usually random data (an
+// encrypted or already compressed payload) that Snappy grows by a few
+// bytes.
+func compressedGoodEnough(compressedLen, rawLen int) bool {
+	return compressedLen < rawLen-rawLen/8
+}
 
 // Compression is the algorithm of a blob file's values.
 type Compression uint8
@@ -161,7 +186,8 @@ func (w *Writer) Add(key, value []byte) (Index, error) {
 	w.buf = binary.LittleEndian.AppendUint32(w.buf, 0) // the stored value's length, below
 	w.buf = append(w.buf, key...)
 	vstart := len(w.buf)
-	switch w.compression {
+	c := w.compression
+	switch c {
 	case CompressionSnappy:
 		// s2's fastest Snappy-compatible encoder, as the tables use.
 		need := vstart + snappy.MaxEncodedLen(len(value))
@@ -169,7 +195,13 @@ func (w *Writer) Add(key, value []byte) (Index, error) {
 			w.buf = append(make([]byte, 0, need+RecordTrailer+writerBufferSize), w.buf...)
 		}
 		enc := s2.EncodeSnappy(w.buf[vstart:need], value)
-		w.buf = w.buf[:vstart+len(enc)]
+		if compressedGoodEnough(len(enc), len(value)) {
+			w.buf = w.buf[:vstart+len(enc)]
+			break
+		}
+		// Stored raw: reads of it decode nothing.
+		c = CompressionNone
+		w.buf = append(w.buf[:vstart], value...)
 	default:
 		w.buf = append(w.buf, value...)
 	}
@@ -177,10 +209,14 @@ func (w *Writer) Add(key, value []byte) (Index, error) {
 		w.buf = w.buf[:start]
 		return Index{}, base.InvalidArgumentf("blob: record of %d bytes", n)
 	}
-	binary.LittleEndian.PutUint32(w.buf[start+4:], uint32(len(w.buf)-vstart))
+	vlField := uint32(len(w.buf) - vstart)
+	if c != w.compression {
+		vlField |= rawValueFlag
+	}
+	binary.LittleEndian.PutUint32(w.buf[start+4:], vlField)
 	w.buf = binary.LittleEndian.AppendUint32(w.buf, crc(w.buf[start:]))
 	n := len(w.buf) - start
-	x := Index{Compression: w.compression, FileNum: w.fileNum, Offset: w.offset, Len: uint64(n)}
+	x := Index{Compression: c, FileNum: w.fileNum, Offset: w.offset, Len: uint64(n)}
 	w.offset += uint64(n)
 	w.count++
 	if len(w.buf) >= writerBufferSize {
@@ -255,7 +291,7 @@ func NewReader(f ReadableFile, fileNum base.FileNum, size int64) (*Reader, error
 	if string(h[:8]) != headerMagic || binary.LittleEndian.Uint32(h[12:]) != crc(h[:12]) {
 		return nil, base.CorruptionErrorf("blob: file %s: bad header", fileNum)
 	}
-	if h[8] != formatVersion {
+	if h[8] < minFormatVersion || h[8] > formatVersion {
 		return nil, base.CorruptionErrorf("blob: file %s: unknown format version %d", fileNum, h[8])
 	}
 	if !Compression(h[9]).known() {
@@ -293,9 +329,10 @@ func (r *Reader) FileNum() base.FileNum { return r.fileNum }
 func (r *Reader) Close() error { return r.f.Close() }
 
 // ReadRecord reads the record that x locates into buf, which must be
-// exactly x.Len bytes long, and verifies it (see VerifyRecord). It returns
-// the stored value's position in buf: compressed if x.Compression is not
-// CompressionNone (see DecodeValue).
+// exactly x.Len bytes long, and verifies it (see VerifyRecord) and that
+// its value is stored as x.Compression says (see RecordCompression). It
+// returns the stored value's position in buf: compressed if x.Compression
+// is not CompressionNone (see DecodeValue).
 func (r *Reader) ReadRecord(buf []byte, x Index, key []byte) (valStart, valLen int, err error) {
 	if x.FileNum != r.fileNum {
 		return 0, 0, fmt.Errorf("blob: index for file %s given to reader of file %s", x.FileNum, r.fileNum)
@@ -316,19 +353,58 @@ func (r *Reader) ReadRecord(buf []byte, x Index, key []byte) (valStart, valLen i
 		return 0, 0, fmt.Errorf("blob: file %s: reading record at %d: %w", r.fileNum, x.Offset, err)
 	}
 	valStart, valLen, err = VerifyRecord(buf, key)
+	if err == nil {
+		err = CheckRecordCompression(r.compression, x, buf)
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("blob: file %s: record at %d: %w", r.fileNum, x.Offset, err)
 	}
 	return valStart, valLen, nil
 }
 
-// CheckCompression reports, as corruption, an index whose compression is
-// not its file's: its record would be decoded wrongly.
+// CheckCompression reports, as corruption, an index whose compression
+// no record of the file can have (the file's, or none for a record
+// stored raw): its record would be decoded wrongly. Once the record is
+// read, CheckRecordCompression checks it exactly.
 func (r *Reader) CheckCompression(x Index) error {
-	if x.Compression != r.compression {
+	if x.Compression != r.compression && x.Compression != CompressionNone {
 		return base.CorruptionErrorf("blob: file %s holds %s values, index says %s", r.fileNum, r.compression, x.Compression)
 	}
 	return nil
+}
+
+// RecordCompression returns the compression of the stored value of rec,
+// a verified record of a file of compression file: the file's, or none if
+// the record is stored raw. A record of an uncompressed file that claims
+// to be raw is corruption (no writer sets the flag there).
+func RecordCompression(file Compression, rec []byte) (Compression, error) {
+	if binary.LittleEndian.Uint32(rec[4:])&rawValueFlag == 0 {
+		return file, nil
+	}
+	if file == CompressionNone {
+		return 0, base.CorruptionErrorf("blob: raw record in an uncompressed file")
+	}
+	return CompressionNone, nil
+}
+
+// CheckRecordCompression reports, as corruption, a verified record rec
+// of a file of compression file whose value is not stored as its index x
+// says: decoding it as x says would return a wrong value.
+func CheckRecordCompression(file Compression, x Index, rec []byte) error {
+	c, err := RecordCompression(file, rec)
+	if err != nil {
+		return err
+	}
+	if c != x.Compression {
+		return base.CorruptionErrorf("blob: record's value is stored %s, index says %s", c, x.Compression)
+	}
+	return nil
+}
+
+// recordLens returns the key and stored value lengths of a record's
+// header, without the raw flag.
+func recordLens(rec []byte) (kl, vl uint64) {
+	return uint64(binary.LittleEndian.Uint32(rec[0:])), uint64(binary.LittleEndian.Uint32(rec[4:]) &^ rawValueFlag)
 }
 
 // VerifyRecord checks that rec is one whole record, that its CRC matches,
@@ -339,8 +415,7 @@ func VerifyRecord(rec []byte, key []byte) (valStart, valLen int, err error) {
 	if len(rec) < RecordOverhead {
 		return 0, 0, base.CorruptionErrorf("blob: record of %d bytes", len(rec))
 	}
-	kl := uint64(binary.LittleEndian.Uint32(rec[0:]))
-	vl := uint64(binary.LittleEndian.Uint32(rec[4:]))
+	kl, vl := recordLens(rec)
 	if RecordOverhead+kl+vl != uint64(len(rec)) {
 		return 0, 0, base.CorruptionErrorf("blob: record lengths %d+%d do not fill %d bytes", kl, vl, len(rec))
 	}
@@ -373,7 +448,8 @@ func RecordKey(rec []byte) []byte {
 // lengths: the Len of the index that locates it. It is len(rec) for a
 // record as stored, and also holds for a decoded one (see DecodeRecord).
 func StoredLen(rec []byte) uint64 {
-	return RecordOverhead + uint64(binary.LittleEndian.Uint32(rec[0:])) + uint64(binary.LittleEndian.Uint32(rec[4:]))
+	kl, vl := recordLens(rec)
+	return RecordOverhead + kl + vl
 }
 
 // ValueLen returns the length of the value that stored, a stored value of
@@ -441,36 +517,40 @@ func DecodeRecord(c Compression, dst, rec []byte) (valStart, valLen int, err err
 
 // valuePos returns the stored value's position in a verified record.
 func valuePos(rec []byte) (valStart, valLen int) {
-	kl := int(binary.LittleEndian.Uint32(rec[0:]))
-	vl := int(binary.LittleEndian.Uint32(rec[4:]))
-	return RecordHeaderLen + kl, vl
+	kl, vl := recordLens(rec)
+	return RecordHeaderLen + int(kl), int(vl)
 }
 
-// ReadValue verifies rec as VerifyRecord does and returns its value,
-// decoded if c is not CompressionNone: then into scratch, grown as
-// needed (the caller keeps it for the next call), else as a view of rec.
-// Errors are corruption errors; it never panics.
-func ReadValue(c Compression, rec, key []byte, scratch *[]byte) ([]byte, error) {
+// ReadValue verifies rec, a record of a file of compression file, as
+// VerifyRecord does and returns its value and how it was stored (see
+// RecordCompression). A compressed value is decoded into scratch, grown
+// as needed (the caller keeps it for the next call); one stored raw is
+// a view of rec. Errors are corruption errors; it never panics.
+func ReadValue(file Compression, rec, key []byte, scratch *[]byte) ([]byte, Compression, error) {
 	vs, vl, err := VerifyRecord(rec, key)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	c, err := RecordCompression(file, rec)
+	if err != nil {
+		return nil, 0, err
 	}
 	stored := rec[vs : vs+vl]
 	if c == CompressionNone {
-		return stored, nil
+		return stored, c, nil
 	}
 	n, err := ValueLen(c, stored)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if cap(*scratch) < n {
 		*scratch = make([]byte, n)
 	}
 	v := (*scratch)[:n]
 	if err := DecodeValue(c, v, stored); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return v, nil
+	return v, c, nil
 }
 
 // ReadAt reads len(p) bytes of the file at off; readahead buffers use it.
@@ -514,16 +594,16 @@ func (r *Reader) Scan(fn func(x Index, key, value []byte) error) error {
 			return err
 		}
 		h := buf[off-bufStart:]
-		n := RecordOverhead + uint64(binary.LittleEndian.Uint32(h[0:])) + uint64(binary.LittleEndian.Uint32(h[4:]))
+		n := StoredLen(h)
 		if err := need(n); err != nil {
 			return err
 		}
 		rec := buf[off-bufStart : off-bufStart+n]
-		value, err := ReadValue(r.compression, rec, nil, &scratch)
+		value, c, err := ReadValue(r.compression, rec, nil, &scratch)
 		if err != nil {
 			return fmt.Errorf("blob: file %s: record at %d: %w", r.fileNum, off, err)
 		}
-		x := Index{Compression: r.compression, FileNum: r.fileNum, Offset: off, Len: n}
+		x := Index{Compression: c, FileNum: r.fileNum, Offset: off, Len: n}
 		if err := fn(x, RecordKey(rec), value); err != nil {
 			return err
 		}

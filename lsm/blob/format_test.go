@@ -3,9 +3,12 @@ package blob
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/s2"
@@ -115,7 +118,7 @@ func testFormatRoundTrip(t *testing.T, c Compression) {
 	for i, x := range xs {
 		enc := x.AppendEncoded(nil)
 		y, err := DecodeIndex(enc)
-		if err != nil || y != x || x.Compression != c {
+		if err != nil || y != x || x.Compression != wantCompression(c, kvs[i][1]) {
 			t.Fatalf("index %+v decoded as %+v, %v", x, y, err)
 		}
 		v, err := readValue(r, x, kvs[i][0])
@@ -126,12 +129,14 @@ func testFormatRoundTrip(t *testing.T, c Compression) {
 			t.Fatalf("record %d: wrong value", i)
 		}
 	}
-	// An index that names another compression than its file's is
+	// An index that names another compression than its record's is
 	// refused: its record would decode wrongly.
-	y := xs[0]
-	y.Compression = CompressionSnappy - c
-	if _, err := readValue(r, y, kvs[0][0]); !base.IsCorruption(err) {
-		t.Fatalf("index with the wrong compression: %v", err)
+	for i, x := range xs {
+		y := x
+		y.Compression = CompressionSnappy - x.Compression
+		if _, err := readValue(r, y, kvs[i][0]); !base.IsCorruption(err) {
+			t.Fatalf("record %d: index with the wrong compression: %v", i, err)
+		}
 	}
 	i := 0
 	err := r.Scan(func(x Index, k, v []byte) error {
@@ -156,11 +161,23 @@ func TestFormatCorruption(t *testing.T) {
 }
 
 func testFormatCorruption(t *testing.T, c Compression) {
-	kvs := [][2][]byte{{[]byte("a"), []byte("apple")}, {[]byte("b"), bytes.Repeat([]byte("b"), 100)}}
+	// In a Snappy file, "apple" and the random value are stored raw, the
+	// b's compressed.
+	rng := rand.New(rand.NewPCG(5, 6))
+	random := make([]byte, 60)
+	for i := range random {
+		random[i] = byte(rng.Uint32())
+	}
+	kvs := [][2][]byte{{[]byte("a"), []byte("apple")}, {[]byte("b"), bytes.Repeat([]byte("b"), 100)}, {[]byte("c"), random}}
 	good, xs := writeFileWith(t, 3, c, kvs)
-	for i := range good {
+	for i, x := range xs {
+		if x.Compression != wantCompression(c, kvs[i][1]) {
+			t.Fatalf("record %d stored %s", i, x.Compression)
+		}
+	}
+	for i := range 2 * len(good) {
 		b := bytes.Clone(good)
-		b[i] ^= 0x40
+		b[i/2] ^= [2]byte{0x40, 0x80}[i%2] // 0x80 of a length's last byte is the raw flag
 		r, err := NewReader(memFile{bytes.NewReader(b)}, 3, int64(len(b)))
 		if err != nil {
 			if !base.IsCorruption(err) {
@@ -172,13 +189,24 @@ func testFormatCorruption(t *testing.T, c Compression) {
 			v, err := readValue(r, x, kvs[j][0])
 			if err != nil {
 				if !base.IsCorruption(err) {
-					t.Fatalf("byte %d: read error %v is not corruption", i, err)
+					t.Fatalf("byte %d: read error %v is not corruption", i/2, err)
 				}
 				continue
 			}
 			if !bytes.Equal(v, kvs[j][1]) {
-				t.Fatalf("byte %d: wrong value returned for record %d", i, j)
+				t.Fatalf("byte %d: wrong value returned for record %d", i/2, j)
 			}
+		}
+		j := 0
+		err = r.Scan(func(x Index, k, v []byte) error {
+			if x != xs[j] || !bytes.Equal(k, kvs[j][0]) || !bytes.Equal(v, kvs[j][1]) {
+				t.Fatalf("byte %d: scan returned a wrong record %d", i/2, j)
+			}
+			j++
+			return nil
+		})
+		if err != nil && !base.IsCorruption(err) {
+			t.Fatalf("byte %d: scan error %v is not corruption", i/2, err)
 		}
 	}
 	// An index pointing at another key's record is caught.
@@ -209,6 +237,13 @@ func FuzzReader(f *testing.F) {
 	f.Add(good, xs[0].AppendEncoded(nil), []byte("k"))
 	f.Add(good, xs[1].AppendEncoded(nil), []byte("k2"))
 	f.Add(good[:40], xs[1].AppendEncoded(nil), []byte("k2"))
+	// A Snappy file with a record stored compressed and one stored raw.
+	sn, sxs := writeFileWith(f, 5, CompressionSnappy, [][2][]byte{
+		{[]byte("k"), bytes.Repeat([]byte("value "), 20)},
+		{[]byte("k2"), []byte{0x8f, 0x01, 0x77, 0xd2, 0x10, 0x5e, 0xaa, 0x03, 0xc4, 0x39}},
+	})
+	f.Add(sn, sxs[0].AppendEncoded(nil), []byte("k"))
+	f.Add(sn, sxs[1].AppendEncoded(nil), []byte("k2"))
 	f.Fuzz(func(t *testing.T, file, idx, key []byte) {
 		r, err := NewReader(memFile{bytes.NewReader(file)}, 5, int64(len(file)))
 		if err != nil {
@@ -268,7 +303,7 @@ func TestCompressedPayloadCorrupt(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rec := snappyRecord([]byte("k"), stored)
 			var scratch []byte
-			if _, err := ReadValue(CompressionSnappy, rec, []byte("k"), &scratch); !base.IsCorruption(err) {
+			if _, _, err := ReadValue(CompressionSnappy, rec, []byte("k"), &scratch); !base.IsCorruption(err) {
 				t.Fatalf("ReadValue = %v, want corruption", err)
 			}
 			if n, err := DecodedRecordLen(CompressionSnappy, rec); err == nil {
@@ -336,6 +371,10 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(snappyRecord([]byte("k"), []byte{0xff, 0xff, 0xff, 0x0f, 0}), []byte("k"), uint8(1), true)
 	f.Add(snappyRecord([]byte("key"), []byte("plain")), []byte("key"), uint8(0), false)
 	f.Add([]byte{1, 0, 0, 0}, []byte(nil), uint8(1), true)
+	raw := snappyRecord([]byte("k"), []byte("stored raw"))
+	raw[7] |= 0x80 // the raw flag
+	f.Add(raw, []byte("k"), uint8(1), true)
+	f.Add(raw, []byte("k"), uint8(0), true)
 	f.Fuzz(func(t *testing.T, rec, key []byte, comp uint8, fixCRC bool) {
 		c := Compression(comp % 3) // 2 is unknown
 		if fixCRC && len(rec) >= RecordTrailer {
@@ -343,7 +382,7 @@ func FuzzDecodeRecord(f *testing.F) {
 			binary.LittleEndian.PutUint32(rec[body:], crc(rec[:body]))
 		}
 		var scratch []byte
-		v, err := ReadValue(c, rec, key, &scratch)
+		v, vc, err := ReadValue(c, rec, key, &scratch)
 		if err != nil {
 			if !base.IsCorruption(err) {
 				t.Fatalf("ReadValue: %v is not corruption", err)
@@ -359,12 +398,15 @@ func FuzzDecodeRecord(f *testing.F) {
 		if len(v) > maxSnappyExpansion*len(rec) {
 			t.Fatalf("%d bytes decoded from a %d-byte record", len(v), len(rec))
 		}
-		n, err := DecodedRecordLen(c, rec)
+		if vc != c && (c == CompressionNone || vc != CompressionNone || binary.LittleEndian.Uint32(rec[4:])&rawValueFlag == 0) {
+			t.Fatalf("ReadValue says a record of a %s file is stored %s", c, vc)
+		}
+		n, err := DecodedRecordLen(vc, rec)
 		if err != nil {
 			t.Fatalf("DecodedRecordLen fails where ReadValue did not: %v", err)
 		}
 		dec := make([]byte, n)
-		vs, vl, err := DecodeRecord(c, dec, rec)
+		vs, vl, err := DecodeRecord(vc, dec, rec)
 		if err != nil || !bytes.Equal(dec[vs:vs+vl], v) || StoredLen(dec) != uint64(len(rec)) {
 			t.Fatalf("DecodeRecord disagrees with ReadValue: %v", err)
 		}
@@ -465,5 +507,209 @@ func BenchmarkRecordRead(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// wantCompression is how a writer of a file of compression c stores v:
+// compressed if that saves an eighth, else raw.
+func wantCompression(c Compression, v []byte) Compression {
+	if c == CompressionSnappy && !compressedGoodEnough(len(s2.EncodeSnappy(nil, v)), len(v)) {
+		return CompressionNone
+	}
+	return c
+}
+
+// TestRawFallback: in a Snappy file, a value that Snappy does not shrink
+// by an eighth is stored raw, flagged in its record and marked none in its
+// index, so that reads decode nothing: random values take exactly the
+// bytes of an uncompressed file, values that compress are compressed, and
+// both kinds read back by ReadRecord, ReadValue (iterators) and Scan (GC).
+func TestRawFallback(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	mixed := func(n, randomEighths int) []byte { // randomEighths/8 random bytes, the rest zeros
+		v := make([]byte, n)
+		for i := range n * randomEighths / 8 {
+			v[i] = byte(rng.Uint32())
+		}
+		return v
+	}
+	var kvs [][2][]byte
+	var want []Compression
+	add := func(v []byte, c Compression) {
+		kvs = append(kvs, [2][]byte{[]byte(fmt.Sprintf("key%03d", len(kvs))), v})
+		want = append(want, c)
+	}
+	for range 20 {
+		add(mixed(4096, 8), CompressionNone)   // random
+		add(mixed(4096, 4), CompressionSnappy) // half zeros
+		add(mixed(300, 8), CompressionNone)
+		add(bytes.Repeat([]byte("text "), 50), CompressionSnappy)
+	}
+	add(nil, CompressionNone) // Snappy's 1 byte for nothing saves nothing
+	add(mixed(4096, 7), CompressionNone)
+	add(mixed(4096, 6), CompressionSnappy)
+	b, xs := writeFileWith(t, 2, CompressionSnappy, kvs)
+	r := openBytes(t, b, 2)
+	var scratch []byte
+	for i, x := range xs {
+		if x.Compression != want[i] {
+			t.Fatalf("record %d (%d bytes): stored %s, want %s", i, len(kvs[i][1]), x.Compression, want[i])
+		}
+		rec := b[x.Offset : x.Offset+x.Len]
+		if raw := binary.LittleEndian.Uint32(rec[4:])&rawValueFlag != 0; raw != (x.Compression == CompressionNone) {
+			t.Fatalf("record %d: raw flag %v for an index of %s", i, raw, x.Compression)
+		}
+		if v, err := readValue(r, x, kvs[i][0]); err != nil || !bytes.Equal(v, kvs[i][1]) {
+			t.Fatalf("record %d: read %v", i, err)
+		}
+		v, c, err := ReadValue(CompressionSnappy, rec, kvs[i][0], &scratch)
+		if err != nil || c != x.Compression || !bytes.Equal(v, kvs[i][1]) {
+			t.Fatalf("record %d: ReadValue %s, %v", i, c, err)
+		}
+		if c == CompressionNone && len(v) > 0 && &v[0] != &rec[RecordHeaderLen+len(kvs[i][0])] {
+			t.Fatalf("record %d: a raw value was copied", i)
+		}
+	}
+	i := 0
+	if err := r.Scan(func(x Index, k, v []byte) error {
+		if x != xs[i] || !bytes.Equal(k, kvs[i][0]) || !bytes.Equal(v, kvs[i][1]) {
+			t.Fatalf("scan record %d differs", i)
+		}
+		i++
+		return nil
+	}); err != nil || i != len(kvs) {
+		t.Fatalf("scan: %d records, %v", i, err)
+	}
+	// Random values only: the Snappy file is the plain file's size.
+	var random [][2][]byte
+	for i := range kvs {
+		if i%4 == 0 {
+			random = append(random, kvs[i])
+		}
+	}
+	plain, _ := writeFileWith(t, 2, CompressionNone, random)
+	snappy, _ := writeFileWith(t, 2, CompressionSnappy, random)
+	if len(plain) != len(snappy) {
+		t.Fatalf("random values: snappy file %d bytes, plain %d", len(snappy), len(plain))
+	}
+}
+
+// TestRawFlagMismatch: records with a valid CRC whose raw flag disagrees
+// with their index or their file (what a writer bug, not a flipped bit,
+// would leave) are refused as corruption by every read path, never
+// decoded the wrong way.
+func TestRawFlagMismatch(t *testing.T) {
+	value := bytes.Repeat([]byte("compressible "), 40)
+	enc := s2.EncodeSnappy(nil, value)
+	record := func(stored []byte, raw bool) []byte {
+		rec := snappyRecord([]byte("k"), stored)
+		if raw {
+			rec[7] |= 0x80
+			binary.LittleEndian.PutUint32(rec[len(rec)-4:], crc(rec[:len(rec)-4]))
+		}
+		return rec
+	}
+	for _, tc := range []struct {
+		name  string
+		file  Compression
+		rec   []byte
+		index Compression
+	}{
+		{"raw record, index says snappy", CompressionSnappy, record(value, true), CompressionSnappy},
+		{"compressed record, index says none", CompressionSnappy, record(enc, false), CompressionNone},
+		{"raw flag in an uncompressed file", CompressionNone, record(value, true), CompressionNone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, xs := writeFileWith(t, 4, tc.file, [][2][]byte{{[]byte("k"), []byte("v")}})
+			f = append(append(bytes.Clone(f[:HeaderLen]), tc.rec...), f[HeaderLen+xs[0].Len:]...)
+			var ft [FooterLen]byte
+			copy(ft[:], f[len(f)-FooterLen:])
+			binary.LittleEndian.PutUint64(ft[8:], uint64(HeaderLen+len(tc.rec)))
+			binary.LittleEndian.PutUint64(ft[16:], uint64(len(tc.rec)))
+			binary.LittleEndian.PutUint32(ft[24:], crc(ft[:24]))
+			copy(f[len(f)-FooterLen:], ft[:])
+			r := openBytes(t, f, 4)
+			x := Index{Compression: tc.index, FileNum: 4, Offset: HeaderLen, Len: uint64(len(tc.rec))}
+			if v, err := readValue(r, x, []byte("k")); !base.IsCorruption(err) {
+				t.Fatalf("read = %q, %v, want corruption", v, err)
+			}
+			if tc.file == CompressionNone {
+				var scratch []byte
+				if _, _, err := ReadValue(tc.file, tc.rec, []byte("k"), &scratch); !base.IsCorruption(err) {
+					t.Fatalf("ReadValue = %v, want corruption", err)
+				}
+				if err := r.Scan(func(Index, []byte, []byte) error { return nil }); !base.IsCorruption(err) {
+					t.Fatalf("Scan = %v, want corruption", err)
+				}
+			}
+		})
+	}
+}
+
+// TestReadsVersion1Files reads files written by the format's first
+// writer, before records could be stored raw (testdata/v1-*.blob, with
+// the indexes it returned in v1-*.idx): every index the LSM holds for
+// them still reads its value, and Scan finds the same records.
+func TestReadsVersion1Files(t *testing.T) {
+	kvs := v1KVs()
+	for _, c := range []Compression{CompressionNone, CompressionSnappy} {
+		t.Run(c.String(), func(t *testing.T) {
+			b, err := os.ReadFile("testdata/v1-" + c.String() + ".blob")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b[8] != 1 {
+				t.Fatalf("testdata file is version %d", b[8])
+			}
+			idx, err := os.ReadFile("testdata/v1-" + c.String() + ".idx")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var xs []Index
+			for _, line := range strings.Fields(string(idx)) {
+				enc, err := hex.DecodeString(line)
+				if err != nil {
+					t.Fatal(err)
+				}
+				x, err := DecodeIndex(enc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if x.Compression != c {
+					t.Fatalf("version 1 index %+v in a %s file", x, c)
+				}
+				xs = append(xs, x)
+			}
+			if len(xs) != len(kvs) {
+				t.Fatalf("%d indexes for %d records", len(xs), len(kvs))
+			}
+			r := openBytes(t, b, 9)
+			for i, x := range xs {
+				v, err := readValue(r, x, kvs[i][0])
+				if err != nil || !bytes.Equal(v, kvs[i][1]) {
+					t.Fatalf("record %d: %v", i, err)
+				}
+			}
+			i := 0
+			if err := r.Scan(func(x Index, k, v []byte) error {
+				if x != xs[i] || !bytes.Equal(k, kvs[i][0]) || !bytes.Equal(v, kvs[i][1]) {
+					t.Fatalf("scan record %d differs", i)
+				}
+				i++
+				return nil
+			}); err != nil || i != len(kvs) {
+				t.Fatalf("scan: %d records, %v", i, err)
+			}
+		})
+	}
+	// A version the reader does not know is refused.
+	b, _ := writeFileWith(t, 9, CompressionNone, kvs)
+	if b[8] != formatVersion {
+		t.Fatalf("writer wrote version %d", b[8])
+	}
+	b[8] = formatVersion + 1
+	binary.LittleEndian.PutUint32(b[12:], crc(b[:12]))
+	if _, err := NewReader(memFile{bytes.NewReader(b)}, 9, int64(len(b))); !base.IsCorruption(err) {
+		t.Fatalf("version %d: %v", formatVersion+1, err)
 	}
 }

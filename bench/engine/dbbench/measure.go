@@ -62,10 +62,11 @@ func diskWriteBytes() int64 {
 	return wb - cwb
 }
 
-// usage is the process's CPU time and peak RSS so far.
+// usage is the process's CPU time, peak RSS and minor page faults so far.
 type usage struct {
 	cpu       time.Duration
 	maxRSSKiB int64
+	minFlt    int64
 }
 
 func getUsage() usage {
@@ -76,6 +77,7 @@ func getUsage() usage {
 	return usage{
 		cpu:       time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
 		maxRSSKiB: ru.Maxrss, // KiB on Linux
+		minFlt:    ru.Minflt,
 	}
 }
 

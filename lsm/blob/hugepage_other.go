@@ -1,0 +1,5 @@
+//go:build unix && !linux
+
+package blob
+
+func adviseHugePages([]byte) {}
