@@ -286,9 +286,41 @@ func (a *applier) get(key []byte) (record, bool, error) {
 	return rec, true, nil
 }
 
+// meta is get without the value (the record's value is nil): the engine's
+// value is decoded in place (lsm.DB.GetFunc), not copied. A put needs only
+// the previous version's metadata unless it returns the previous value.
+func (a *applier) meta(key []byte) (record, bool, error) {
+	if rec, found, decided := a.overlay.lookup(key); decided {
+		rec.value = nil
+		return rec, found, nil
+	}
+	a.keyBuf = userKey(a.keyBuf[:0], key)
+	var rec record
+	err := a.db.GetFunc(a.keyBuf, func(v []byte) error {
+		var err error
+		rec, err = decodeRecord(v)
+		rec.value = nil
+		return err
+	})
+	if errors.Is(err, lsm.ErrNotFound) {
+		return record{}, false, nil
+	}
+	if err != nil {
+		if errors.Is(err, errCorruption) {
+			return record{}, false, fmt.Errorf("key %q: %w", key, err)
+		}
+		return record{}, false, fmt.Errorf("reading %q: %w", key, err)
+	}
+	return rec, true, nil
+}
+
 func (a *applier) put(r *cairnpb.PutRequest, index uint64) (*cairnpb.PutResponse, error) {
 	key := r.GetKey()
-	old, found, err := a.get(key)
+	lookup := a.meta
+	if r.GetPrevKv() {
+		lookup = a.get
+	}
+	old, found, err := lookup(key)
 	if err != nil {
 		return nil, err
 	}

@@ -249,6 +249,28 @@ func checkModel(t *testing.T, f *FSM, m model) {
 		if !proto.Equal(got[i], want) {
 			t.Fatalf("key %d: FSM %v, model %v", i, got[i], want)
 		}
+		// Get answers the same as Scan, and its key and value are its
+		// own (they share one allocation: appending to the key must not
+		// change the value).
+		kv, err := f.Get([]byte(k))
+		if err != nil {
+			t.Fatalf("Get(%q): %v", k, err)
+		}
+		if !proto.Equal(kv, want) {
+			t.Fatalf("Get(%q) = %v, model %v", k, kv, want)
+		}
+		_ = append(kv.Key, 'x')
+		if string(kv.Value) != r.value {
+			t.Fatalf("Get(%q): appending to the key changed the value to %q", k, kv.Value)
+		}
+	}
+	for _, k := range []string{"a", "zz", "a10"} {
+		if _, ok := m[k]; ok {
+			continue
+		}
+		if kv, err := f.Get([]byte(k)); err != nil || kv != nil {
+			t.Fatalf("Get(%q) of a missing key = %v, %v", k, kv, err)
+		}
 	}
 }
 

@@ -27,18 +27,35 @@ func (f *FSM) Get(key []byte) (*cairnpb.KeyValue, error) {
 	if f.mu.db == nil {
 		return nil, f.noEngineErr()
 	}
-	v, err := f.mu.db.Get(userKey(nil, key))
+	// The engine's value is decoded in place (GetFunc) and the key and
+	// value are copied into one allocation: the response must outlive the
+	// read (gRPC marshals it after the handler returns), so one copy is
+	// needed, and one is all this makes.
+	var kv *cairnpb.KeyValue
+	var derr error
+	err := f.mu.db.GetFunc(userKey(nil, key), func(v []byte) error {
+		rec, err := decodeRecord(v)
+		if err != nil {
+			derr = err
+			return err
+		}
+		buf := make([]byte, len(key)+len(rec.value))
+		copy(buf, key)
+		copy(buf[len(key):], rec.value)
+		rec.value = buf[len(key):]
+		kv = rec.keyValue(buf[:len(key):len(key)], true)
+		return nil
+	})
 	if errors.Is(err, lsm.ErrNotFound) {
 		return nil, nil
+	}
+	if derr != nil {
+		return nil, fmt.Errorf("fsm: key %q: %w", key, derr)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("fsm: reading %q: %w", key, err)
 	}
-	rec, err := decodeRecord(v)
-	if err != nil {
-		return nil, fmt.Errorf("fsm: key %q: %w", key, err)
-	}
-	return rec.keyValue(bytes.Clone(key), true), nil
+	return kv, nil
 }
 
 // Scan reads one page of a ScanRequest (see its documentation in
