@@ -161,6 +161,8 @@ jepsen-ci: jepsen-build
 	rc=0; for w in register set bank; do \
 	  $(JEPSEN_BIN)/jepsen --node-bin $(JEPSEN_BIN)/cairn-node --workload $$w --time $(JEPSEN_CI_TIME) --nemesis partition,kill,pause --node-args="$(JEPSEN_CI_NODE_ARGS)" $(JEPSEN_ARGS) || rc=1; \
 	done; exit $$rc
+	# The same harness with TLS everywhere (nodes, raft, clients).
+	$(JEPSEN_BIN)/jepsen --node-bin $(JEPSEN_BIN)/cairn-node --workload register --tls --time $(JEPSEN_CI_TIME) --nemesis partition,kill,pause --node-args="$(JEPSEN_CI_NODE_ARGS)" $(JEPSEN_ARGS)
 	$(MAKE) jepsen-mustfail
 
 # The harness must catch a cluster that serves stale reads
