@@ -447,6 +447,8 @@ func TestBlobGCUnpacedWhenBehind(t *testing.T) {
 		BlobCompression:         NoCompression,
 		BlobTargetFileSizeBytes: 1 << 20,
 		BlobGCBytesPerSec:       1 << 10,
+		// The background job's pacing is under test, not compactions.
+		DisableBlobCompactionGC: true,
 	})
 	defer d.Close()
 	const keys = 1500
