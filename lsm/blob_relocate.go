@@ -146,6 +146,31 @@ func (d *DB) blobDebtLocked() bool {
 	return g.debt
 }
 
+// l0HidesBlobGarbageLocked reports whether the blob files may exceed
+// BlobMaxSpaceAmp times their live bytes once the garbage L0 hides is
+// counted: L0's tables hold newer versions of keys whose older records
+// compactions have not yet found dead, at most as many bytes as the
+// tables reference (BlobRefBytes), all of it under a random overwrite.
+// With L0CompactionThreshold tables of a memtable each this is a large
+// share of a small DB's blob bytes (up to 0.7× in TestBlobSpaceAmpBounded),
+// and none of a large one's, where L0 compactions are left to the
+// threshold.
+// REQUIRES: d.mu held.
+func (d *DB) l0HidesBlobGarbageLocked(v *version.Version) bool {
+	if !d.compactionGCEnabled() || len(v.Levels[0]) == 0 {
+		return false
+	}
+	var hidden uint64
+	for _, f := range v.Levels[0] {
+		hidden += f.BlobRefBytes
+	}
+	if hidden == 0 {
+		return false
+	}
+	total, live := d.blobSizesLocked()
+	return float64(total) > d.opts.BlobMaxSpaceAmp*float64(live-min(hidden, live))
+}
+
 // tableRefsAny reports whether table f may hold an index into one of
 // files.
 func tableRefsAny(f *version.FileMetadata, files map[base.FileNum]bool) bool {
@@ -185,20 +210,23 @@ func blobFilesReachable(v *version.Version) (files map[base.FileNum]bool, all bo
 // REQUIRES: d.mu held.
 func (d *DB) pickBlobCompactionLocked(v *version.Version, baseLevel int) *compaction {
 	set := d.blobRelocationSetLocked(v)
-	if len(set) == 0 {
+	if len(set) == 0 && !d.l0HidesBlobGarbageLocked(v) {
 		return nil
 	}
 	if len(v.Levels[0]) > 0 {
 		// L0 first, whatever it references: merged with the base level
 		// it drops the indexes its newer versions shadow, which counts
 		// garbage GC could not see, and keeps the compactions below from
-		// relocating records that are already dead.
+		// relocating records that are already dead. (A trivial move stays
+		// one: its tables overlap nothing below, so hide nothing.)
 		c := d.newCompactionLocked(v, 0, l0OutputLevel(v, baseLevel), v.Levels[0])
 		if c != nil {
-			c.trivialMove = false
 			c.forcedBlob = true
 		}
 		return c
+	}
+	if len(set) == 0 {
+		return nil
 	}
 	for level := 1; level < version.NumLevels; level++ {
 		files := v.Levels[level]
@@ -275,7 +303,7 @@ func (r *blobRelocator) add(w *sst.Writer, sep *blobSeparator, garbage blobGarba
 	if err != nil {
 		return err
 	}
-	sep.noteRef(nx.FileNum)
+	sep.noteRef(nx)
 	if err := garbage.add(value); err != nil {
 		return err
 	}
@@ -323,15 +351,17 @@ func (r *blobRelocator) read(x blob.Index, ukey []byte) ([]byte, error) {
 // referenced by the current table.
 func (s *blobSeparator) noteIndexRef(idx []byte) {
 	if x, err := blob.DecodeIndex(idx); err == nil {
-		s.noteRef(x.FileNum)
+		s.noteRef(x)
 	}
 }
 
-func (s *blobSeparator) noteRef(n base.FileNum) {
+// noteRef records that the current table holds index x.
+func (s *blobSeparator) noteRef(x blob.Index) {
 	if s.refs == nil {
 		s.refs = map[base.FileNum]struct{}{}
 	}
-	s.refs[n] = struct{}{}
+	s.refs[x.FileNum] = struct{}{}
+	s.refBytes += x.Len
 }
 
 // setTableRefs records in meta the blob files the table just finished
@@ -347,5 +377,7 @@ func (s *blobSeparator) setTableRefs(meta *version.FileMetadata) {
 	}
 	slices.Sort(meta.BlobRefs)
 	meta.BlobRefsKnown = true
+	meta.BlobRefBytes = s.refBytes
 	clear(s.refs)
+	s.refBytes = 0
 }

@@ -339,7 +339,8 @@ type blobSeparator struct {
 	bytesWritten int64
 	// refs are the blob files the indexes written to the current table
 	// point into (see takeRefs).
-	refs map[base.FileNum]struct{}
+	refs     map[base.FileNum]struct{}
+	refBytes uint64
 }
 
 func (d *DB) newBlobSeparator() *blobSeparator {
@@ -361,7 +362,7 @@ func (s *blobSeparator) add(w *sst.Writer, ikey, value []byte) error {
 	if err != nil {
 		return err
 	}
-	s.noteRef(x.FileNum)
+	s.noteRef(x)
 	s.keyBuf = append(s.keyBuf[:0], ikey...)
 	// The trailer is little-endian seq<<8|kind: its first byte is the kind.
 	s.keyBuf[len(s.keyBuf)-base.TrailerLen] = byte(base.KindBlobIndex)

@@ -59,6 +59,9 @@ type FileMetadata struct {
 	// Set before the table is installed in a version, never changed after.
 	BlobRefs      []base.FileNum
 	BlobRefsKnown bool
+	// BlobRefBytes sums the record lengths of the table's blob indexes
+	// (0 when not known).
+	BlobRefBytes uint64
 
 	// refs counts the versions that contain the file. A version takes its
 	// references before it is installed and drops them when its own count
