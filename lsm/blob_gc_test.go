@@ -491,7 +491,8 @@ func TestBlobGCRateLimited(t *testing.T) {
 // background work (what a reader of the directory would see), and logs
 // the series and its quartiles. A measurement, not a check: it runs only
 // when CAIRN_BLOB_SPACEAMP_ROUNDS (rounds of 10,000 overwrites) is set;
-// CAIRN_BLOB_GC_BYTES_PER_SEC overrides BlobGCBytesPerSec (-1: no limit).
+// CAIRN_BLOB_GC_BYTES_PER_SEC overrides BlobGCBytesPerSec (-1: no limit),
+// CAIRN_BLOB_MAX_SPACE_AMP BlobMaxSpaceAmp.
 //
 //	CAIRN_BLOB_SPACEAMP_ROUNDS=30 go test ./lsm -run TestBlobSpaceAmpOverTime -v
 func TestBlobSpaceAmpOverTime(t *testing.T) {
@@ -509,6 +510,9 @@ func TestBlobSpaceAmpOverTime(t *testing.T) {
 	}
 	if r, err := strconv.ParseInt(os.Getenv("CAIRN_BLOB_GC_BYTES_PER_SEC"), 10, 64); err == nil {
 		o.BlobGCBytesPerSec = r
+	}
+	if a, err := strconv.ParseFloat(os.Getenv("CAIRN_BLOB_MAX_SPACE_AMP"), 64); err == nil {
+		o.BlobMaxSpaceAmp = a
 	}
 	d := mustOpen(t, "db", o)
 	defer d.Close()
@@ -549,9 +553,13 @@ func TestBlobSpaceAmpOverTime(t *testing.T) {
 	slices.Sort(s)
 	q := func(p float64) float64 { return s[int(p*float64(len(s)-1))] }
 	m := d.Metrics()
+	elapsed := time.Since(start)
 	t.Logf("space amp over %d samples: min %.2f p25 %.2f median %.2f p75 %.2f p95 %.2f max %.2f; write amp %.2f; user bytes %d MiB, blob bytes written %d MiB, GC read %d MiB written %d MiB",
 		len(s), s[0], q(0.25), q(0.5), q(0.75), q(0.95), s[len(s)-1], m.WriteAmplification,
 		int64(rounds+1)*keys*valueSize>>20, m.Blob.BytesWritten>>20, m.Blob.GCBytesRead>>20, m.Blob.GCBytesWritten>>20)
+	t.Logf("overwrite: %v, %.1f MB/s; relocated by compactions %d MiB, forced compactions %d, blob slowdowns %d, compactions %d",
+		elapsed.Round(time.Millisecond), float64(int64(rounds)*keys*valueSize)/elapsed.Seconds()/1e6,
+		m.Blob.RelocatedBytesWritten>>20, m.Blob.ForcedCompactions, m.Blob.Slowdowns, m.Compactions)
 }
 
 // TestBlobGCUnpacedWhenBehind: blob GC paced far below the write rate
