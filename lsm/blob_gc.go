@@ -83,6 +83,12 @@ type blobGCState struct {
 	// those a compaction found a bad record in. Compactions leave the
 	// first and the last to GC, GC leaves the second to the compaction.
 	inJob, relocating, relocFailed map[base.FileNum]bool
+	// l0HiddenShare estimates the share of the blob bytes L0's tables
+	// reference that hides garbage below (see l0HidesBlobGarbageLocked):
+	// what the last L0 compactions found, averaged; l0HiddenKnown once
+	// one has.
+	l0HiddenShare float64
+	l0HiddenKnown bool
 	// debt caches blobDebtLocked's answer for debtVersion.
 	debt        bool
 	debtVersion *version.Version

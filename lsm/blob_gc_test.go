@@ -632,3 +632,39 @@ func TestBlobGCUnpacedWhenBehind(t *testing.T) {
 		}
 	}
 }
+
+// TestBlobFillForcesNoCompactions: a fill of new keys hides no blob
+// garbage in L0, and once an L0 compaction has found so, the picker stops
+// forcing L0 compactions for it (which would rewrite the base level's
+// tables at every flush for nothing). Before the estimate, every flush of
+// this fill forced one.
+func TestBlobFillForcesNoCompactions(t *testing.T) {
+	fs := vfs.NewMem()
+	d := mustOpen(t, "db", &Options{
+		FS:                      fs,
+		MemTableSizeBytes:       256 << 10,
+		TargetFileSizeBytes:     32 << 10,
+		LBaseMaxBytes:           64 << 10,
+		MinBlobSize:             1024,
+		BlobCompression:         NoCompression,
+		BlobTargetFileSizeBytes: 256 << 10,
+	})
+	defer d.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	val := make([]byte, 1024)
+	for _, i := range rng.Perm(4000) {
+		binary.LittleEndian.PutUint64(val, rng.Uint64())
+		if err := d.Put(fmt.Appendf(nil, "k%05d", i), val, NoSync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	waitBackgroundIdle(d)
+	m := d.Metrics()
+	t.Logf("%d flushes, %d compactions, %d forced", m.Flushes, m.Compactions, m.Blob.ForcedCompactions)
+	if m.Blob.ForcedCompactions > 1 {
+		t.Fatalf("a fill of new keys forced %d compactions (%d flushes)", m.Blob.ForcedCompactions, m.Flushes)
+	}
+}

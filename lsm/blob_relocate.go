@@ -150,7 +150,9 @@ func (d *DB) blobDebtLocked() bool {
 // BlobMaxSpaceAmp times their live bytes once the garbage L0 hides is
 // counted: L0's tables hold newer versions of keys whose older records
 // compactions have not yet found dead, at most as many bytes as the
-// tables reference (BlobRefBytes), all of it under a random overwrite.
+// tables reference (BlobRefBytes), all of it under a random overwrite,
+// none under a fill; the share is estimated from what L0 compactions
+// found (noteL0HiddenGarbageLocked), all of it until one has run.
 // With L0CompactionThreshold tables of a memtable each this is a large
 // share of a small DB's blob bytes (up to 0.7× in TestBlobSpaceAmpBounded),
 // and none of a large one's, where L0 compactions are left to the
@@ -160,15 +162,52 @@ func (d *DB) l0HidesBlobGarbageLocked(v *version.Version) bool {
 	if !d.compactionGCEnabled() || len(v.Levels[0]) == 0 {
 		return false
 	}
-	var hidden uint64
+	var refs uint64
 	for _, f := range v.Levels[0] {
-		hidden += f.BlobRefBytes
+		refs += f.BlobRefBytes
 	}
+	share := 1.0
+	if g := &d.mu.blobGC; g.l0HiddenKnown {
+		share = g.l0HiddenShare
+	}
+	hidden := min(uint64(share*float64(refs)), refs)
 	if hidden == 0 {
 		return false
 	}
 	total, live := d.blobSizesLocked()
 	return float64(total) > d.opts.BlobMaxSpaceAmp*float64(live-min(hidden, live))
+}
+
+// noteL0HiddenGarbageLocked updates the estimate of the share of L0's
+// blob references that hide garbage from what compaction c of L0 found:
+// the garbage it counted, but for the records it relocated, over the blob
+// bytes its L0 tables referenced. A fill of new keys finds none, and then
+// L0 is left to L0CompactionThreshold (forcing its compactions would
+// rewrite the base level's tables for nothing); a random overwrite finds
+// about as much as L0 references.
+// REQUIRES: d.mu held.
+func (d *DB) noteL0HiddenGarbageLocked(c *compaction, res compactionResult) {
+	if c.startLevel != 0 {
+		return
+	}
+	var refs uint64
+	for _, f := range c.inputs[0] {
+		refs += f.BlobRefBytes
+	}
+	if refs == 0 {
+		return
+	}
+	var found int64
+	for _, g := range res.garbage {
+		found += int64(g.Bytes)
+	}
+	found -= res.relocatedRead
+	share := min(max(float64(found)/float64(refs), 0), 1)
+	g := &d.mu.blobGC
+	if g.l0HiddenKnown {
+		share = (g.l0HiddenShare + share) / 2
+	}
+	g.l0HiddenShare, g.l0HiddenKnown = share, true
 }
 
 // tableRefsAny reports whether table f may hold an index into one of

@@ -112,6 +112,7 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 	for _, b := range res.blobs {
 		d.mu.stats.blobBytesWritten += int64(b.Size)
 	}
+	d.noteL0HiddenGarbageLocked(c, res)
 	d.mu.stats.blobRelocatedBytesRead += res.relocatedRead
 	d.mu.stats.blobRelocatedBytesWritten += res.relocatedWritten
 	if c.forcedBlob {
