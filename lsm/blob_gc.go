@@ -78,6 +78,20 @@ type blobGCState struct {
 	runs int64
 	// unpacedJobs counts GC jobs that ran unpaced (see blobGCDebtSpaceAmp).
 	unpacedJobs int64
+	// inJob are the files the running GC job rewrites; relocating those
+	// the running compaction relocates (blob_relocate.go); relocFailed
+	// those a compaction found a bad record in. Compactions leave the
+	// first and the last to GC, GC leaves the second to the compaction.
+	inJob, relocating, relocFailed map[base.FileNum]bool
+	// l0HiddenShare estimates the share of the blob bytes L0's tables
+	// reference that hides garbage below (see l0HidesBlobGarbageLocked):
+	// what the last L0 compactions found, averaged; l0HiddenKnown once
+	// one has.
+	l0HiddenShare float64
+	l0HiddenKnown bool
+	// debt caches blobDebtLocked's answer for debtVersion.
+	debt        bool
+	debtVersion *version.Version
 }
 
 type blobRetiring struct {
@@ -161,7 +175,7 @@ func (d *DB) BlobGC(minGarbageRatio float64) error {
 			return ErrClosed
 		}
 		m, ok := d.mu.versions.Current().BlobFile(n)
-		if !ok || m.GarbageRatio() < minGarbageRatio || d.retiringLocked(n) {
+		if !ok || m.GarbageRatio() < minGarbageRatio || d.retiringLocked(n) || d.mu.blobGC.relocating[n] {
 			continue
 		}
 		if err := d.gcBlobFilesLocked([]*version.BlobFileMetadata{m}); err != nil {
@@ -178,7 +192,7 @@ func (d *DB) BlobGC(minGarbageRatio float64) error {
 func (d *DB) blobGCCandidatesLocked(minRatio float64) []*version.BlobFileMetadata {
 	var out []*version.BlobFileMetadata
 	for _, m := range d.mu.versions.Current().BlobFiles {
-		if (m.Unsettled || m.GarbageRatio() >= minRatio) && !d.retiringLocked(m.FileNum) {
+		if (m.Unsettled || m.GarbageRatio() >= minRatio) && !d.retiringLocked(m.FileNum) && !d.mu.blobGC.relocating[m.FileNum] {
 			out = append(out, m)
 		}
 	}
@@ -229,6 +243,15 @@ func (d *DB) gcBatchBytes() uint64 { return uint64(max(d.opts.BlobTargetFileSize
 // REQUIRES: d.mu held.
 func (d *DB) pickBlobGCLocked(discardRatio float64) []*version.BlobFileMetadata {
 	cands := d.blobGCCandidatesLocked(0) // unsettled first, then by ratio
+	if d.compactionGCEnabled() {
+		// Compactions relocate what tables reference (blob_relocate.go):
+		// leave GC the unsettled files, the files no table references and
+		// those a compaction could not relocate.
+		reach, all := blobFilesReachable(d.mu.versions.Current())
+		cands = slices.DeleteFunc(cands, func(m *version.BlobFileMetadata) bool {
+			return !m.Unsettled && !d.mu.blobGC.relocFailed[m.FileNum] && (all || reach[m.FileNum])
+		})
+	}
 	var out []*version.BlobFileMetadata
 	var size uint64
 	take := func(m *version.BlobFileMetadata) bool {
@@ -315,9 +338,19 @@ type gcCandidate struct {
 // REQUIRES: d.mu held (released while working).
 func (d *DB) gcBlobFilesLocked(ms []*version.BlobFileMetadata) error {
 	nums := make([]base.FileNum, len(ms))
+	g := &d.mu.blobGC
+	if g.inJob == nil {
+		g.inJob = map[base.FileNum]bool{}
+	}
 	for i, m := range ms {
 		nums[i] = m.FileNum
+		g.inJob[m.FileNum] = true
 	}
+	defer func() {
+		for _, n := range nums {
+			delete(g.inJob, n)
+		}
+	}()
 	v := d.mu.versions.Current()
 	v.Ref()
 	d.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -225,17 +226,25 @@ func maps_clone(m map[string][]byte) map[string][]byte {
 }
 
 // TestBlobSpaceAmpBounded runs a steady random overwrite of 4 KiB values
-// with automatic blob GC and measures, after every round, the blob files'
-// total size against the live blob bytes (what the model holds): it must
-// stay within 1.5×.
+// with the engine's default L0 trigger and blob GC settings and measures
+// the blob files on disk against the live blob bytes (what the model
+// holds): the median of the samples taken while the overwrite runs,
+// without waiting for background work, must stay within 1.5× (the
+// issue's bound), and at rest after every round, once background work is
+// done, within 1.25× (BlobMaxSpaceAmp 1.15 and a margin; the old
+// background GC left 1.26-1.72 at rest in this test, 1.6-2.2 in CI).
 //
 // Garbage becomes known only when a compaction drops an overwritten index
-// (as in Titan), so a value overwritten in an L0 table that has not been
-// compacted yet still counts as live. With the default L0 trigger of 4
-// tables the directory can hold about two rounds of values until the next
-// L0 compaction (CI failed with 2.14 under load, which changes how many
-// tables a round leaves in L0). The test compacts L0 at every flush so that
-// what it measures is GC's bound on the garbage it knows about.
+// (as in Titan), so a value overwritten in an L0 table not yet compacted
+// still counts as live: with 4 L0 tables of a 1 MiB memtable each on 6 MiB
+// of live values, up to 0.7× of garbage is out of blob GC's sight. Before
+// blob GC by compaction this test compacted L0 at every flush
+// (L0CompactionThreshold 1) to stay under 1.5× at rest. Now the compaction picker
+// merges L0 when the garbage it may hide puts the ratio past
+// BlobMaxSpaceAmp, compactions relocate the live records of the files
+// with garbage, and writes slow down while that falls behind
+// (blob_relocate.go). Loaded, the machine delays the compactions, which
+// shows in the samples taken while writing (p95 is logged, not checked).
 func TestBlobSpaceAmpBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes ~100 MB")
@@ -252,8 +261,6 @@ func TestBlobSpaceAmpBounded(t *testing.T) {
 		MinBlobSize:             4096,
 		BlobCompression:         NoCompression, // live is computed from RecordLen
 		BlobTargetFileSizeBytes: 1 << 20,
-		BlobGCBytesPerSec:       -1,
-		L0CompactionThreshold:   1,
 	}
 	d := mustOpen(t, "db", o)
 	defer d.Close()
@@ -273,10 +280,14 @@ func TestBlobSpaceAmpBounded(t *testing.T) {
 		put(i)
 	}
 	var worst float64
-	var samples []string
+	var atRest []string
+	var running []float64
 	for round := range 12 {
-		for range keys {
+		for j := range keys {
 			put(rng.IntN(keys))
+			if round >= 2 && j%100 == 99 {
+				running = append(running, float64(blobBytesOnDisk(fs, listBlobFiles(t, fs, "db")))/float64(live))
+			}
 		}
 		if err := d.Flush(); err != nil {
 			t.Fatal(err)
@@ -287,24 +298,143 @@ func TestBlobSpaceAmpBounded(t *testing.T) {
 		// version holding it is released (TestBlobObsoleteDeletedAtLastRelease);
 		// wait for it, not for another version change.
 		waitBlobFilesOnDisk(t, fs, "db", func() []base.FileNum { return blobFilesOf(d) })
-		var total int64
-		for _, n := range listBlobFiles(t, fs, "db") {
-			st, err := fs.Stat(base.MakeFilepath("db", base.FileTypeBlob, n))
-			if err != nil {
-				t.Fatal(err)
-			}
-			total += st.Size()
-		}
-		amp := float64(total) / float64(live)
-		samples = append(samples, fmt.Sprintf("%.2f", amp))
+		amp := float64(blobBytesOnDisk(fs, listBlobFiles(t, fs, "db"))) / float64(live)
+		atRest = append(atRest, fmt.Sprintf("%.2f", amp))
 		if round >= 2 {
 			worst = max(worst, amp)
 		}
 	}
+	slices.Sort(running)
+	median, p95 := running[len(running)/2], running[len(running)*95/100]
 	m := d.Metrics().Blob
-	t.Logf("space amp per round: %v; worst %.2f; GC read %d written %d", samples, worst, m.GCBytesRead, m.GCBytesWritten)
-	if worst > 1.5 {
-		t.Fatalf("blob space amplification reached %.2f (> 1.5): %v", worst, samples)
+	t.Logf("space amp at rest per round: %v; worst %.2f; while overwriting (%d samples): median %.2f p95 %.2f max %.2f; relocated %d, forced compactions %d, slowdowns %d, GC read %d written %d",
+		atRest, worst, len(running), median, p95, running[len(running)-1], m.RelocatedBytesWritten, m.ForcedCompactions, m.Slowdowns, m.GCBytesRead, m.GCBytesWritten)
+	if worst > 1.25 {
+		t.Errorf("blob space amplification at rest reached %.2f (> 1.25): %v", worst, atRest)
+	}
+	if median > 1.5 {
+		t.Errorf("blob space amplification while overwriting: median %.2f (> 1.5)", median)
+	}
+}
+
+// TestBlobForcedCompactionsStop: once an overwrite stops, the compactions
+// the picker forces to relocate blob garbage (blob_relocate.go) run until
+// the blob files are back within BlobMaxSpaceAmp of their live bytes and
+// then stop: the DB goes idle, the picker has nothing more to do, and a
+// further round of scheduling starts nothing. An endless loop of forced
+// compactions would never let the DB go idle (the wait below would time
+// out) or would show in the counter.
+func TestBlobForcedCompactionsStop(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	fs := vfs.NewMem()
+	d := mustOpen(t, "db", &Options{
+		FS:                      fs,
+		MemTableSizeBytes:       256 << 10,
+		TargetFileSizeBytes:     32 << 10,
+		LBaseMaxBytes:           64 << 10,
+		MinBlobSize:             1024,
+		BlobCompression:         NoCompression,
+		BlobTargetFileSizeBytes: 256 << 10,
+	})
+	defer d.Close()
+	const keys = 1000
+	val := make([]byte, 1024)
+	model := map[string][]byte{}
+	put := func(i int) {
+		k := fmt.Sprintf("k%04d", i)
+		for j := 0; j < len(val); j += 8 {
+			binary.LittleEndian.PutUint64(val[j:], rng.Uint64())
+		}
+		model[k] = slices.Clone(val)
+		if err := d.Put([]byte(k), val, NoSync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range keys {
+		put(i)
+	}
+	// A snapshot and an iterator alive across the relocations.
+	snap, err := d.NewSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close()
+	snapModel := maps.Clone(model)
+	it, err := d.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	for range 4 * keys {
+		put(rng.IntN(keys))
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	idle := func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return !d.mu.flushing && !d.mu.compacting && !d.mu.blobGC.running && len(d.mu.imm) == 0
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for !idle() {
+		if time.Now().After(deadline) {
+			t.Fatalf("background work still running after 2 minutes: %+v", d.Metrics().Blob)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	m := d.Metrics().Blob
+	if m.ForcedCompactions == 0 || m.RelocatedBytesWritten == 0 {
+		t.Fatalf("no forced compaction or relocation ran: %+v", m)
+	}
+	d.mu.Lock()
+	amp := d.blobSpaceAmpLocked()
+	v := d.mu.versions.Current()
+	set := d.blobRelocationSetLocked(v)
+	hides := d.l0HidesBlobGarbageLocked(v)
+	c := d.pickCompactionLocked()
+	if c != nil {
+		// Undo the pick's marks before failing.
+		for _, in := range c.inputs {
+			for _, f := range in {
+				f.Compacting = false
+			}
+		}
+		c.version.Unref()
+	}
+	// Scheduling again starts nothing.
+	d.maybeScheduleCompactionLocked()
+	started := d.mu.compacting
+	d.mu.Unlock()
+	t.Logf("at rest: counted space amp %.2f, relocation set %v, L0 hides garbage %v; %+v", amp, set, hides, m)
+	if c != nil || started {
+		t.Fatalf("the picker still finds a compaction at rest (forced %v): relocation set %v, L0 hides garbage %v", c != nil && c.forcedBlob, set, hides)
+	}
+	if amp > d.opts.BlobMaxSpaceAmp+0.01 && len(set) > 0 {
+		t.Fatalf("idle with counted space amp %.2f and files to relocate %v", amp, set)
+	}
+	waitBackgroundIdle(d)
+	if got := d.Metrics().Blob.ForcedCompactions; got != m.ForcedCompactions {
+		t.Fatalf("forced compactions went on at rest: %d, then %d", m.ForcedCompactions, got)
+	}
+	checkModel(t, d, model)
+	for k, want := range snapModel {
+		got, err := snap.Get([]byte(k))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("snapshot: %s: %d bytes, %v", k, len(got), err)
+		}
+	}
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		if want := snapModel[string(it.Key())]; !bytes.Equal(it.Value(), want) {
+			t.Fatalf("iterator: %s: %d bytes, want %d", it.Key(), len(it.Value()), len(want))
+		}
+		n++
+	}
+	if err := it.Error(); err != nil || n != len(snapModel) {
+		t.Fatalf("iterator: %d keys of %d, %v", n, len(snapModel), err)
 	}
 }
 
@@ -361,7 +491,8 @@ func TestBlobGCRateLimited(t *testing.T) {
 // background work (what a reader of the directory would see), and logs
 // the series and its quartiles. A measurement, not a check: it runs only
 // when CAIRN_BLOB_SPACEAMP_ROUNDS (rounds of 10,000 overwrites) is set;
-// CAIRN_BLOB_GC_BYTES_PER_SEC overrides BlobGCBytesPerSec (-1: no limit).
+// CAIRN_BLOB_GC_BYTES_PER_SEC overrides BlobGCBytesPerSec (-1: no limit),
+// CAIRN_BLOB_MAX_SPACE_AMP BlobMaxSpaceAmp.
 //
 //	CAIRN_BLOB_SPACEAMP_ROUNDS=30 go test ./lsm -run TestBlobSpaceAmpOverTime -v
 func TestBlobSpaceAmpOverTime(t *testing.T) {
@@ -379,6 +510,9 @@ func TestBlobSpaceAmpOverTime(t *testing.T) {
 	}
 	if r, err := strconv.ParseInt(os.Getenv("CAIRN_BLOB_GC_BYTES_PER_SEC"), 10, 64); err == nil {
 		o.BlobGCBytesPerSec = r
+	}
+	if a, err := strconv.ParseFloat(os.Getenv("CAIRN_BLOB_MAX_SPACE_AMP"), 64); err == nil {
+		o.BlobMaxSpaceAmp = a
 	}
 	d := mustOpen(t, "db", o)
 	defer d.Close()
@@ -419,9 +553,13 @@ func TestBlobSpaceAmpOverTime(t *testing.T) {
 	slices.Sort(s)
 	q := func(p float64) float64 { return s[int(p*float64(len(s)-1))] }
 	m := d.Metrics()
+	elapsed := time.Since(start)
 	t.Logf("space amp over %d samples: min %.2f p25 %.2f median %.2f p75 %.2f p95 %.2f max %.2f; write amp %.2f; user bytes %d MiB, blob bytes written %d MiB, GC read %d MiB written %d MiB",
 		len(s), s[0], q(0.25), q(0.5), q(0.75), q(0.95), s[len(s)-1], m.WriteAmplification,
 		int64(rounds+1)*keys*valueSize>>20, m.Blob.BytesWritten>>20, m.Blob.GCBytesRead>>20, m.Blob.GCBytesWritten>>20)
+	t.Logf("overwrite: %v, %.1f MB/s; relocated by compactions %d MiB, forced compactions %d, blob slowdowns %d, compactions %d",
+		elapsed.Round(time.Millisecond), float64(int64(rounds)*keys*valueSize)/elapsed.Seconds()/1e6,
+		m.Blob.RelocatedBytesWritten>>20, m.Blob.ForcedCompactions, m.Blob.Slowdowns, m.Compactions)
 }
 
 // TestBlobGCUnpacedWhenBehind: blob GC paced far below the write rate
@@ -447,6 +585,8 @@ func TestBlobGCUnpacedWhenBehind(t *testing.T) {
 		BlobCompression:         NoCompression,
 		BlobTargetFileSizeBytes: 1 << 20,
 		BlobGCBytesPerSec:       1 << 10,
+		// The background job's pacing is under test, not compactions.
+		DisableBlobCompactionGC: true,
 	})
 	defer d.Close()
 	const keys = 1500
@@ -490,5 +630,41 @@ func TestBlobGCUnpacedWhenBehind(t *testing.T) {
 		if err != nil || len(got) != valueSize || got[valueSize-1] != model[i] || string(got[:len(k)]) != k {
 			t.Fatalf("%s: %d bytes, %v", k, len(got), err)
 		}
+	}
+}
+
+// TestBlobFillForcesNoCompactions: a fill of new keys hides no blob
+// garbage in L0, and once an L0 compaction has found so, the picker stops
+// forcing L0 compactions for it (which would rewrite the base level's
+// tables at every flush for nothing). Before the estimate, every flush of
+// this fill forced one.
+func TestBlobFillForcesNoCompactions(t *testing.T) {
+	fs := vfs.NewMem()
+	d := mustOpen(t, "db", &Options{
+		FS:                      fs,
+		MemTableSizeBytes:       256 << 10,
+		TargetFileSizeBytes:     32 << 10,
+		LBaseMaxBytes:           64 << 10,
+		MinBlobSize:             1024,
+		BlobCompression:         NoCompression,
+		BlobTargetFileSizeBytes: 256 << 10,
+	})
+	defer d.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	val := make([]byte, 1024)
+	for _, i := range rng.Perm(4000) {
+		binary.LittleEndian.PutUint64(val, rng.Uint64())
+		if err := d.Put(fmt.Appendf(nil, "k%05d", i), val, NoSync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	waitBackgroundIdle(d)
+	m := d.Metrics()
+	t.Logf("%d flushes, %d compactions, %d forced", m.Flushes, m.Compactions, m.Blob.ForcedCompactions)
+	if m.Blob.ForcedCompactions > 1 {
+		t.Fatalf("a fill of new keys forced %d compactions (%d flushes)", m.Blob.ForcedCompactions, m.Flushes)
 	}
 }

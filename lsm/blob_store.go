@@ -342,6 +342,10 @@ type blobSeparator struct {
 	valBuf []byte
 	// bytesWritten counts the blob bytes written.
 	bytesWritten int64
+	// refs are the blob files the indexes written to the current table
+	// point into (see takeRefs).
+	refs     map[base.FileNum]struct{}
+	refBytes uint64
 }
 
 func (d *DB) newBlobSeparator() *blobSeparator {
@@ -354,12 +358,16 @@ func (d *DB) newBlobSeparator() *blobSeparator {
 // add adds (ikey, value) to w, separating the value if it is large enough.
 func (s *blobSeparator) add(w *sst.Writer, ikey, value []byte) error {
 	if s == nil || len(value) < s.minSize || base.DecodeTrailer(ikey).Kind() != base.KindSet {
+		if s != nil && base.DecodeTrailer(ikey).Kind() == base.KindBlobIndex {
+			s.noteIndexRef(value)
+		}
 		return w.Add(ikey, value)
 	}
 	x, err := s.addRecord(base.UserKey(ikey), value)
 	if err != nil {
 		return err
 	}
+	s.noteRef(x)
 	s.keyBuf = append(s.keyBuf[:0], ikey...)
 	// The trailer is little-endian seq<<8|kind: its first byte is the kind.
 	s.keyBuf[len(s.keyBuf)-base.TrailerLen] = byte(base.KindBlobIndex)

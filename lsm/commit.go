@@ -267,6 +267,18 @@ func (d *DB) makeRoomForWriteLocked(b *Batch) error {
 			d.mu.Lock()
 			d.mu.stats.slowdownTime += time.Since(start)
 			continue
+		case !slowed && d.blobDebtLocked():
+			// Blob GC by compaction is behind (blob_relocate.go): the
+			// same delay, so that it gets the CPU.
+			slowed = true
+			d.mu.stats.slowdowns++
+			d.mu.stats.blobSlowdowns++
+			d.mu.Unlock()
+			start := time.Now()
+			time.Sleep(slowdownWriteDelay)
+			d.mu.Lock()
+			d.mu.stats.slowdownTime += time.Since(start)
+			continue
 		case d.mu.mem.fits(b.Len(), b.Count()):
 			return nil
 		case d.immStopLocked():

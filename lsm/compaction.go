@@ -80,6 +80,9 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 		outputs = c.inputs[0]
 	} else {
 		snapshots := d.mu.snapshots.list()
+		c.relocate = d.blobRelocationSetLocked(c.version)
+		d.mu.blobGC.relocating = c.relocate
+		defer func() { d.mu.blobGC.relocating = nil }()
 		d.mu.Unlock()
 		var err error
 		res, err = d.compactTables(c, snapshots)
@@ -108,6 +111,18 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 	}
 	for _, b := range res.blobs {
 		d.mu.stats.blobBytesWritten += int64(b.Size)
+	}
+	d.noteL0HiddenGarbageLocked(c, res)
+	d.mu.stats.blobRelocatedBytesRead += res.relocatedRead
+	d.mu.stats.blobRelocatedBytesWritten += res.relocatedWritten
+	if c.forcedBlob {
+		d.mu.stats.blobForcedCompactions++
+	}
+	for n := range res.relocFailed {
+		if d.mu.blobGC.relocFailed == nil {
+			d.mu.blobGC.relocFailed = map[base.FileNum]bool{}
+		}
+		d.mu.blobGC.relocFailed[n] = true
 	}
 	if c.startLevel > 0 {
 		_, largest := userKeyRange(c.inputs[0])
@@ -158,7 +173,8 @@ func sizeOf(files []*version.FileMetadata) int64 {
 // tombstone fragments that fall within its key range.
 // With key-value separation on, values that reach MinBlobSize and are still
 // inline are separated as at flush; every blob index the compaction drops
-// is reported as garbage of its blob file.
+// is reported as garbage of its blob file, and the records of the files in
+// c.relocate that it keeps are relocated (blob_relocate.go).
 func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (res compactionResult, err error) {
 	bounds, err := d.subcompactionBounds(c)
 	if err != nil {
@@ -169,6 +185,7 @@ func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (res compacti
 	type part struct {
 		outputs []*version.FileMetadata
 		sep     *blobSeparator
+		reloc   *blobRelocator
 		garbage blobGarbage
 		err     error
 	}
@@ -177,6 +194,9 @@ func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (res compacti
 	for i := range parts {
 		p := &parts[i]
 		p.sep, p.garbage = d.newBlobSeparator(), blobGarbage{}
+		if len(c.relocate) > 0 && p.sep != nil {
+			p.reloc = &blobRelocator{d: d, set: c.relocate}
+		}
 		var lo, hi []byte
 		if i > 0 {
 			lo = bounds[i-1]
@@ -184,7 +204,7 @@ func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (res compacti
 		if i < len(bounds) {
 			hi = bounds[i]
 		}
-		run := func() { p.outputs, p.err = d.compactTablesInner(c, snapshots, p.sep, p.garbage, lo, hi) }
+		run := func() { p.outputs, p.err = d.compactTablesInner(c, snapshots, p.sep, p.reloc, p.garbage, lo, hi) }
 		if i == len(parts)-1 {
 			run()
 			continue
@@ -221,6 +241,16 @@ func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (res compacti
 		}
 		res.tables = append(res.tables, p.outputs...)
 		res.blobs = append(res.blobs, blobs...)
+		if r := p.reloc; r != nil {
+			res.relocatedRead += r.bytesRead
+			res.relocatedWritten += r.bytesWritten
+			for n := range r.failed {
+				if res.relocFailed == nil {
+					res.relocFailed = map[base.FileNum]bool{}
+				}
+				res.relocFailed[n] = true
+			}
+		}
 		for n, g := range p.garbage {
 			if e := garbage[n]; e != nil {
 				e.Count += g.Count
@@ -244,12 +274,17 @@ type compactionResult struct {
 	bytesRead int64
 	// subcompactions is the number of key ranges written in parallel.
 	subcompactions int
+	// relocatedRead and relocatedWritten count the blob records the
+	// compaction relocated (blob_relocate.go); relocFailed are the files
+	// it could not relocate a record of.
+	relocatedRead, relocatedWritten int64
+	relocFailed                     map[base.FileNum]bool
 }
 
 // compactTablesInner writes the part of c's output with user keys in
 // [lo, hi) (nil: unbounded). Its first output table starts at lo and its
 // last ends at hi, for the range tombstones they carry.
-func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blobSeparator, garbage blobGarbage, lo, hi []byte) (outputs []*version.FileMetadata, err error) {
+func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blobSeparator, reloc *blobRelocator, garbage blobGarbage, lo, hi []byte) (outputs []*version.FileMetadata, err error) {
 	var iters []base.InternalIterator
 	var rawTombs []base.RangeTombstone
 	var (
@@ -341,6 +376,7 @@ func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blo
 		if err != nil {
 			return err
 		}
+		sep.setTableRefs(meta)
 		outputs = append(outputs, meta)
 		return nil
 	}
@@ -409,7 +445,7 @@ func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blo
 				return nil, err
 			}
 		}
-		if err := sep.add(w, merged.Key(), merged.Value()); err != nil {
+		if err := reloc.add(w, sep, garbage, merged.Key(), merged.Value(), kind); err != nil {
 			return nil, err
 		}
 	}

@@ -25,6 +25,12 @@ type compaction struct {
 	trivialMove bool
 	version     *version.Version
 	score       float64
+	// forcedBlob: the picker chose the compaction to relocate blob
+	// records (pickBlobCompactionLocked), not for the levels' shape.
+	forcedBlob bool
+	// relocate are the blob files whose records the compaction relocates
+	// (set by runCompactionLocked; see blob_relocate.go).
+	relocate map[base.FileNum]bool
 	// outputs: set by runCompactionLocked, the tables the compaction
 	// installed (for the event listener).
 	outputs []*version.FileMetadata
@@ -122,7 +128,7 @@ func (d *DB) pickCompactionLocked() *compaction {
 		}
 	}
 	if bestLevel < 0 {
-		return nil
+		return d.pickBlobCompactionLocked(v, baseLevel)
 	}
 	var c *compaction
 	if bestLevel == 0 {

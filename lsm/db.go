@@ -108,14 +108,18 @@ type filterCounters struct{ checked, useful atomic.Int64 }
 
 // dbStats are the counters behind Metrics. REQUIRES: d.mu held to update.
 type dbStats struct {
-	flushes, compactions   int64
-	flushBytes             int64
-	blobBytesWritten       int64
-	blobGCBytesRead        int64
-	blobGCBytesWritten     int64
-	compactionBytesRead    int64
-	compactionBytesWritten int64
-	bytesIngested          int64 // user bytes written (batch reprs)
+	flushes, compactions int64
+	flushBytes           int64
+	blobBytesWritten     int64
+	blobGCBytesRead      int64
+	blobGCBytesWritten   int64
+	// Blob GC by compaction (blob_relocate.go).
+	blobRelocatedBytesRead, blobRelocatedBytesWritten int64
+	blobForcedCompactions                             int64
+	blobSlowdowns                                     int64
+	compactionBytesRead                               int64
+	compactionBytesWritten                            int64
+	bytesIngested                                     int64 // user bytes written (batch reprs)
 	// bytesAtOpen is the size of the tables the DB opened with (including
 	// those recovered from the WAL at Open): input that compactions
 	// rewrite but that was not ingested since Open.

@@ -58,11 +58,15 @@
 // Iterators hand out a view of the cached value (no copy) and, when blob
 // indexes come in file order, read ahead in the blob file. Compactions
 // record the indexes they drop as garbage of their blob files in the
-// manifest; a file whose every index was dropped leaves the version, and
-// blob GC (blob_gc.go) rewrites the live records of files with too much
-// garbage, updating each index only if it still points at the old place
-// (checked atomically in the commit pipeline). Checkpoints hard-link blob
-// files with the tables.
+// manifest; a file whose every index was dropped leaves the version.
+// Compactions also relocate the live records of the files with too much
+// garbage (blob_relocate.go, as RocksDB's integrated BlobDB does): the
+// picker forces compactions of the tables that reference them (L0 first,
+// which also reveals the garbage L0 hides) and writes slow down while that
+// falls behind. Blob GC proper (blob_gc.go) rewrites what compactions
+// cannot reach, updating each index only if it still points at the old
+// place (checked atomically in the commit pipeline). Checkpoints hard-link
+// blob files with the tables.
 //
 // # Recovery
 //

@@ -259,6 +259,7 @@ func (d *DB) writeMemTables(ms []*memTable, fileNum base.FileNum) (*version.File
 		return nil, nil, err
 	}
 	meta.OneVersionPerKey = oneVersion
+	sep.setTableRefs(meta)
 	return meta, blobs, nil
 }
 

@@ -94,6 +94,14 @@ type BlobMetrics struct {
 	// GCUnpacedJobs counts GC jobs that ran, for a while at least, without
 	// BlobGCBytesPerSec's pacing because GC had fallen behind the writes.
 	GCUnpacedJobs int64
+	// RelocatedBytesRead and RelocatedBytesWritten count the blob records
+	// compactions relocated (blob GC by compaction); ForcedCompactions the
+	// compactions picked to do so when none was due for the levels.
+	RelocatedBytesRead, RelocatedBytesWritten int64
+	ForcedCompactions                         int64
+	// Slowdowns counts the writes delayed because compactions had fallen
+	// behind relocating blob garbage (see Options.DisableBlobCompactionGC).
+	Slowdowns int64
 	// Cache is the blob cache (hits, misses, size, off-heap memory).
 	Cache blob.CacheMetrics
 	// FileCacheLookups counts lookups in the cache of open blob readers:
@@ -141,6 +149,9 @@ func (d *DB) Metrics() *Metrics {
 	m.Blob.BytesWritten = s.blobBytesWritten
 	m.Blob.GCBytesRead, m.Blob.GCBytesWritten = s.blobGCBytesRead, s.blobGCBytesWritten
 	m.Blob.GCUnpacedJobs = d.mu.blobGC.unpacedJobs
+	m.Blob.RelocatedBytesRead, m.Blob.RelocatedBytesWritten = s.blobRelocatedBytesRead, s.blobRelocatedBytesWritten
+	m.Blob.ForcedCompactions = s.blobForcedCompactions
+	m.Blob.Slowdowns = s.blobSlowdowns
 	for _, b := range v.BlobFiles {
 		m.Blob.Files++
 		m.Blob.FileBytes += int64(b.Size)

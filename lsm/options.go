@@ -219,6 +219,13 @@ type Options struct {
 	// 1.25× their live bytes, counting the garbage compactions have
 	// found) runs unpaced until it has caught up.
 	BlobGCBytesPerSec int64
+	// DisableBlobCompactionGC turns off blob GC by compaction: by default
+	// compactions relocate the live records of the blob files GC would
+	// pick (BlobGCDiscardRatio, BlobMaxSpaceAmp), and the picker forces
+	// compactions of the tables referencing them when none is due (see
+	// lsm/blob_relocate.go); the background GC job then handles only what
+	// compactions cannot reach. Disabled, the background job does it all.
+	DisableBlobCompactionGC bool
 
 	// Logger receives background errors and events. Default: discard.
 	Logger *log.Logger

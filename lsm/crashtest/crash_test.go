@@ -79,7 +79,12 @@ func childMain(dir, seedStr string) int {
 		fmt.Fprintf(os.Stderr, "child: bad seed %q: %v\n", seedStr, err)
 		return 2
 	}
-	db, err := lsm.Open(dir, options())
+	opts := options()
+	// Odd seeds leave blob GC to the background job alone, so that kills
+	// land in its copies, index commits and retirements; even seeds let
+	// compactions relocate blob records too (lsm/blob_relocate.go).
+	opts.DisableBlobCompactionGC = seed%2 == 1
+	db, err := lsm.Open(dir, opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "child: Open: %v\n", err)
 		return 2
@@ -98,7 +103,9 @@ func childMain(dir, seedStr string) int {
 		}
 		fmt.Fprintf(out, "ack %d\n", i)
 		if i%16 == 0 && options().MinBlobSize > 0 {
-			fmt.Fprintf(out, "gcbytes %d\n", db.Metrics().Blob.GCBytesWritten)
+			m := db.Metrics().Blob
+			fmt.Fprintf(out, "gcbytes %d\n", m.GCBytesWritten)
+			fmt.Fprintf(out, "relocbytes %d\n", m.RelocatedBytesWritten)
 		}
 	}
 	if err := db.Close(); err != nil {
@@ -118,8 +125,9 @@ type childRun struct {
 	// killedAt describes when the kill was sent.
 	killedAt string
 	stderr   string
-	// gcBytes is the most blob GC bytes the child reported writing.
-	gcBytes int64
+	// gcBytes is the most blob GC bytes the child reported writing,
+	// relocBytes the most blob bytes compactions relocated.
+	gcBytes, relocBytes int64
 }
 
 // runChild starts a child on dir with seed and kills it with SIGKILL
@@ -188,6 +196,9 @@ func runChild(t *testing.T, dir string, seed uint64, delay time.Duration, atComp
 			case strings.HasPrefix(line, "gcbytes "):
 				n, _ := strconv.ParseInt(line[8:], 10, 64)
 				res.gcBytes = max(res.gcBytes, n)
+			case strings.HasPrefix(line, "relocbytes "):
+				n, _ := strconv.ParseInt(line[11:], 10, 64)
+				res.relocBytes = max(res.relocBytes, n)
 			case strings.HasPrefix(line, "compact "):
 				if atCompaction {
 					time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
@@ -303,7 +314,7 @@ func runKill9(t *testing.T) {
 	dir := t.TempDir()
 	m := make(model) // the DB's state, as of the last verified round
 	var acks, inflightApplied, atCompaction, maxBlobFiles int
-	var gcWritten int64
+	var gcWritten, relocWritten int64
 	for round := 0; round < *flagRounds; round++ {
 		seed := base + uint64(round)
 		delay := time.Duration(5+rng.IntN(296)) * time.Millisecond
@@ -337,6 +348,7 @@ func runKill9(t *testing.T) {
 		}
 		maxBlobFiles = max(maxBlobFiles, db.Metrics().Blob.Files)
 		gcWritten += res.gcBytes
+		relocWritten += res.relocBytes
 		got, err := contents(db)
 		if err != nil {
 			db.Close()
@@ -368,9 +380,12 @@ func runKill9(t *testing.T) {
 		if maxBlobFiles == 0 {
 			t.Fatal("key-value separation on, but no recovered DB had a blob file")
 		}
-		t.Logf("blob GC: children reported %d bytes rewritten", gcWritten)
+		t.Logf("blob GC: children reported %d bytes rewritten by the GC job, %d relocated by compactions", gcWritten, relocWritten)
 		if gcWritten == 0 {
 			t.Fatal("no child ran blob GC: kills never hit it")
+		}
+		if relocWritten == 0 {
+			t.Fatal("no child's compactions relocated blob records: kills never hit it")
 		}
 	}
 }

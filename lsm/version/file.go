@@ -50,6 +50,19 @@ type FileMetadata struct {
 	// Set before the table is installed in a version, never changed after.
 	OneVersionPerKey bool
 
+	// BlobRefs lists, sorted, the blob files the table's blob indexes
+	// point into, when BlobRefsKnown: its writer recorded them. Blob GC by
+	// compaction uses it to find the tables that reference a file it
+	// wants to relocate. Not persisted: a table read from the manifest is
+	// taken to reference any blob file until a compaction rewrites it.
+	//
+	// Set before the table is installed in a version, never changed after.
+	BlobRefs      []base.FileNum
+	BlobRefsKnown bool
+	// BlobRefBytes sums the record lengths of the table's blob indexes
+	// (0 when not known).
+	BlobRefBytes uint64
+
 	// refs counts the versions that contain the file. A version takes its
 	// references before it is installed and drops them when its own count
 	// reaches zero; the file is obsolete once refs reaches zero. Atomic,
