@@ -122,8 +122,14 @@ func (d *DB) getAccess(key []byte, snap base.SeqNum, resolve getResolver, acc *t
 // key has no value, and otherwise fn's error. A Get that the caller
 // consumes at once is cheaper this way: a 4 KiB separated value costs no
 // allocation and no copy.
+//
+// A running trace records its lookups as a Get's, like Get's.
 func (d *DB) GetFunc(key []byte, fn func(value []byte) error) error {
-	_, err := d.getWith(key, 0, func(rs *readState, key, v []byte, kind base.Kind, seq, tombSeq base.SeqNum) ([]byte, error) {
+	var acc *trace.Access
+	if traceHooks {
+		acc = d.tracer.NewAccess(trace.CallerGet, 0, false)
+	}
+	_, err := d.getAccess(key, 0, func(rs *readState, key, v []byte, kind base.Kind, seq, tombSeq base.SeqNum) ([]byte, error) {
 		if seq < tombSeq {
 			return nil, ErrNotFound
 		}
@@ -133,7 +139,7 @@ func (d *DB) GetFunc(key []byte, fn func(value []byte) error) error {
 		case base.KindDelete:
 			return nil, ErrNotFound
 		case base.KindBlobIndex:
-			h, err := d.blobValue(rs.version, key, v, nil)
+			h, err := d.blobValueTraced(rs.version, key, v, nil, acc)
 			if err != nil {
 				return nil, err
 			}
@@ -141,7 +147,7 @@ func (d *DB) GetFunc(key []byte, fn func(value []byte) error) error {
 			return nil, fn(h.Value())
 		}
 		return nil, base.CorruptionErrorf("entry of kind %s where a value was expected", kind)
-	})
+	}, acc)
 	return err
 }
 

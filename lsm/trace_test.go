@@ -233,6 +233,10 @@ func TestTraceGetFields(t *testing.T) {
 	}
 	d.Get([]byte("k07"))
 	d.Get([]byte("k07x")) // between keys: the block is read, the key is not there
+	// GetFunc is a Get too (the FSM reads with it).
+	if err := d.GetFunc([]byte("k07"), func([]byte) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
 	d.EndTrace()
 	_, recs := readTrace(t, buf.Bytes())
 	var data []trace.Record
@@ -241,10 +245,13 @@ func TestTraceGetFields(t *testing.T) {
 			data = append(data, r)
 		}
 	}
-	if len(data) != 2 {
-		t.Fatalf("%d data-block records, want 2: %+v", len(data), recs)
+	if len(data) != 3 {
+		t.Fatalf("%d data-block records, want 3: %+v", len(data), recs)
 	}
-	found, missing := data[0], data[1]
+	found, missing, viewed := data[0], data[1], data[2]
+	if viewed.Caller != trace.CallerGet || viewed.GetID != 3 || !viewed.ReferencedKeyExists || string(viewed.ReferencedKey) != "k07" {
+		t.Errorf("GetFunc's record: %+v", viewed)
+	}
 	if found.GetID != 1 || !found.ReferencedKeyExists || found.NumKeysInBlock != 37 ||
 		found.ReferencedDataSize != uint64(len("k07")+8+len("value")) || string(found.ReferencedKey) != "k07" {
 		t.Errorf("found key: %+v", found)
