@@ -443,8 +443,19 @@ func (n *Node) newTCPTransport() (*raft.NetworkTransport, error) {
 	}
 	tc := &raft.NetworkTransportConfig{
 		MaxPool: 3,
-		Timeout: raftNetTimeout,
-		Logger:  newHCLogger("raft-net", n.log, c.RaftLogLevel),
+		// No pipelined replication (fewer than 2 RPCs in flight turns it
+		// off): hashicorp/raft's pipeline wedges when a follower rejects
+		// an append. Its response decoder then stops while the sender may
+		// park for ever on the pipeline's channel, so the leader sends
+		// that follower heartbeats but never another entry, and raft's
+		// Shutdown waits for the parked sender
+		// (TestFollowerRejectionDoesNotWedgeReplication;
+		// grafana/pyroscope#5518 found the same). Without it each
+		// follower gets one AppendEntries at a time, of up to
+		// MaxAppendEntries entries.
+		MaxRPCsInFlight: 1,
+		Timeout:         raftNetTimeout,
+		Logger:          newHCLogger("raft-net", n.log, c.RaftLogLevel),
 	}
 	if n.tls != nil {
 		sl, err := newTLSStreamLayer(c.RaftAddr, adv, n.tls, raftNetTimeout)
