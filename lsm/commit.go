@@ -256,23 +256,16 @@ func (d *DB) makeRoomForWriteLocked(b *Batch) error {
 		}
 		l0 := len(d.mu.versions.Current().Levels[0])
 		switch {
-		case !slowed && l0 >= d.opts.L0SlowdownWritesThreshold:
+		case !slowed && l0 >= d.opts.L0SlowdownWritesThreshold,
+			!slowed && d.blobDebtLocked():
 			// Delay each write a little rather than stop them all
-			// later; this also hands the CPU to the compaction.
+			// later; this also hands the CPU to the compaction (or to
+			// blob GC by compaction when it is behind: blob_relocate.go).
 			slowed = true
 			d.mu.stats.slowdowns++
-			d.mu.Unlock()
-			start := time.Now()
-			time.Sleep(slowdownWriteDelay)
-			d.mu.Lock()
-			d.mu.stats.slowdownTime += time.Since(start)
-			continue
-		case !slowed && d.blobDebtLocked():
-			// Blob GC by compaction is behind (blob_relocate.go): the
-			// same delay, so that it gets the CPU.
-			slowed = true
-			d.mu.stats.slowdowns++
-			d.mu.stats.blobSlowdowns++
+			if l0 < d.opts.L0SlowdownWritesThreshold {
+				d.mu.stats.blobSlowdowns++
+			}
 			d.mu.Unlock()
 			start := time.Now()
 			time.Sleep(slowdownWriteDelay)
