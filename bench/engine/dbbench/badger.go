@@ -32,7 +32,7 @@ func openBadger(dir string, cfg Config) (Engine, []string, error) {
 		fmt.Sprintf("BlockCacheSize=%d", o.BlockCacheSize),
 		fmt.Sprintf("IndexCacheSize=%d (0: indexes and filters kept in memory)", o.IndexCacheSize),
 		fmt.Sprintf("MemTableSize=%d", o.MemTableSize),
-		fmt.Sprintf("BloomFalsePositive=%g (~%g bits/key)", fp, cfg.BloomBitsKey),
+		fmt.Sprintf("BloomFalsePositive=%g (~%g bits/key; Get consults every table's filter, every level)", fp, cfg.BloomBitsKey),
 		"Compression=snappy",
 		fmt.Sprintf("ValueThreshold=%d", o.ValueThreshold),
 		fmt.Sprintf("SyncWrites=%v (fillsync opens with true; other writes: memtable WAL (mmap) + value log, no fsync)", o.SyncWrites),

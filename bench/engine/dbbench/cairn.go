@@ -22,7 +22,7 @@ func openCairn(dir string, cfg Config) (Engine, []string, error) {
 	settings := []string{
 		fmt.Sprintf("CacheSizeBytes=%d", o.CacheSizeBytes),
 		fmt.Sprintf("MemTableSizeBytes=%d", o.MemTableSizeBytes),
-		fmt.Sprintf("FilterBitsPerKey=%g", o.FilterBitsPerKey),
+		fmt.Sprintf("FilterBitsPerKey=%g (Get consults every table's filter, every level, and the memtables' DynamicBloom)", o.FilterBitsPerKey),
 		"Compression=snappy", "WAL=on", "sync=per write (WriteOptions.Sync) in fillsync only",
 		fmt.Sprintf("DisableWALMmap=%v", o.DisableWALMmap),
 		"Compact=DB.Compact(nil, nil) (flush, then every level down to the bottom)",

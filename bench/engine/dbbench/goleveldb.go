@@ -24,7 +24,7 @@ func openGoleveldb(dir string, cfg Config) (Engine, []string, error) {
 	settings := []string{
 		fmt.Sprintf("BlockCacheCapacity=%d", o.BlockCacheCapacity),
 		fmt.Sprintf("WriteBuffer=%d", o.WriteBuffer),
-		fmt.Sprintf("Filter=bloom(%d)", int(cfg.BloomBitsKey)),
+		fmt.Sprintf("Filter=bloom(%d) (Get consults every table's filter, every level)", int(cfg.BloomBitsKey)),
 		"Compression=snappy", "WAL=on (journal)", "sync=per write (opt.WriteOptions{Sync}) in fillsync only",
 		"Compact=DB.CompactRange(util.Range{}) (memdb and every level)",
 	}

@@ -33,7 +33,7 @@ func openPebble(dir string, cfg Config) (Engine, []string, error) {
 	settings := []string{
 		fmt.Sprintf("Cache=%d", cfg.CacheBytes),
 		fmt.Sprintf("MemTableSize=%d", cfg.MemTableBytes),
-		fmt.Sprintf("FilterPolicy=bloom(%d) on every level incl. L0", int(cfg.BloomBitsKey)),
+		fmt.Sprintf("FilterPolicy=bloom(%d) written on every level; Get consults it on L0-L5, not L6 (Pebble skips L6 filters unless IterOptions.UseL6Filters, which Get cannot set); no memtable filter", int(cfg.BloomBitsKey)),
 		"Compression=snappy on every level", "WAL=on", "sync=per write (pebble.Sync) in fillsync only",
 		"Compact=Flush + DB.Compact(all keys, parallelize=true)",
 	}
