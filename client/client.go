@@ -158,6 +158,9 @@ type nodeConn struct {
 	cc      *grpc.ClientConn
 	kv      cairnpb.KVClient
 	cluster cairnpb.ClusterClient
+	// handshake is the outcome of the connection's last TLS handshake
+	// (nil without TLS).
+	handshake *handshakeState
 }
 
 // New returns a Client of the cluster at cfg.Endpoints. Unless
@@ -192,11 +195,12 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// dialOptions are the options of every connection.
-func (c *Client) dialOptions() []grpc.DialOption {
+// dialOptions are the options of a connection; hs, with TLS, receives its
+// handshakes' outcomes.
+func (c *Client) dialOptions(hs *handshakeState) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if c.cfg.TLS != nil {
-		creds = credentials.NewTLS(c.cfg.TLS)
+		creds = handshakeCreds{TransportCredentials: credentials.NewTLS(c.cfg.TLS), state: hs}
 	}
 	minConnect := 5 * time.Second
 	if c.cfg.DialTimeout > 0 {
@@ -232,11 +236,15 @@ func (c *Client) connLocked(addr string) (*nodeConn, error) {
 	if nc, ok := c.mu.conns[addr]; ok {
 		return nc, nil
 	}
-	cc, err := grpc.NewClient(addr, c.dialOptions()...)
+	var hs *handshakeState
+	if c.cfg.TLS != nil {
+		hs = &handshakeState{}
+	}
+	cc, err := grpc.NewClient(addr, c.dialOptions(hs)...)
 	if err != nil {
 		return nil, fmt.Errorf("cairn: endpoint %s: %w", addr, err)
 	}
-	nc := &nodeConn{addr: addr, cc: cc, kv: cairnpb.NewKVClient(cc), cluster: cairnpb.NewClusterClient(cc)}
+	nc := &nodeConn{addr: addr, cc: cc, kv: cairnpb.NewKVClient(cc), cluster: cairnpb.NewClusterClient(cc), handshake: hs}
 	c.mu.conns[addr] = nc
 	c.mu.order = append(c.mu.order, addr)
 	return nc, nil
