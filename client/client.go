@@ -32,7 +32,9 @@ type Config struct {
 	// address the cluster names that is not among them.
 	Endpoints []string
 	// DialTimeout, if positive, makes New wait until it has connected to
-	// at least one endpoint, failing with ErrUnavailable after that long.
+	// at least one endpoint, failing with ErrUnavailable after that long
+	// (at once with ErrTLSHandshake if the TLS handshake with every
+	// endpoint failed in a way a retry would repeat).
 	// Zero: New returns at once and connects lazily (a first request to
 	// unreachable nodes fails with ErrUnavailable after retries).
 	DialTimeout time.Duration
@@ -261,6 +263,13 @@ func (c *Client) waitConnected(timeout time.Duration) error {
 	}
 	c.mu.Unlock()
 	ready := make(chan struct{}, len(conns))
+	// refused receives the endpoints whose TLS handshake failed for good
+	// (see handshakeState): once all did, waiting longer is pointless.
+	type refusal struct {
+		addr string
+		err  error
+	}
+	refused := make(chan refusal, len(conns))
 	for _, nc := range conns {
 		go func() {
 			nc.cc.Connect()
@@ -269,18 +278,30 @@ func (c *Client) waitConnected(timeout time.Duration) error {
 					ready <- struct{}{}
 					return
 				}
+				if s == connectivity.TransientFailure {
+					if err := nc.handshake.last(); err != nil {
+						refused <- refusal{nc.addr, err}
+						return
+					}
+				}
 				if !nc.cc.WaitForStateChange(ctx, s) {
 					return
 				}
 			}
 		}()
 	}
-	select {
-	case <-ready:
-		return nil
-	case <-ctx.Done():
-		return clientError("connect", ErrUnavailable, codes.Unavailable,
-			"no endpoint of %v reachable within %v", c.cfg.Endpoints, timeout)
+	for n := 0; ; {
+		select {
+		case <-ready:
+			return nil
+		case r := <-refused:
+			if n++; n == len(conns) {
+				return tlsError("connect", r.addr, r.err, 0)
+			}
+		case <-ctx.Done():
+			return clientError("connect", ErrUnavailable, codes.Unavailable,
+				"no endpoint of %v reachable within %v", c.cfg.Endpoints, timeout)
+		}
 	}
 }
 

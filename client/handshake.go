@@ -48,18 +48,26 @@ func (h *handshakeState) set(err error) {
 	h.mu.Unlock()
 }
 
+// last returns the last permanent handshake failure, if any.
+func (h *handshakeState) last() error {
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
 // refusedBy returns the permanent handshake failure st (an attempt's
 // status) reports, or nil: st is Unavailable and its message holds the
 // text of the connection's last handshake failure, so the attempt failed
 // because of that handshake, not of an older one followed by a node that
 // went down since.
 func (h *handshakeState) refusedBy(st *status.Status) error {
-	if h == nil || st.Code() != codes.Unavailable {
+	if st.Code() != codes.Unavailable {
 		return nil
 	}
-	h.mu.Lock()
-	err := h.err
-	h.mu.Unlock()
+	err := h.last()
 	if err == nil {
 		return nil
 	}

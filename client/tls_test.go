@@ -246,6 +246,14 @@ func TestTLSHandshakeFailsFast(t *testing.T) {
 		}
 	}
 
+	// New with a DialTimeout fails at once too.
+	start := time.Now()
+	_, err := New(Config{Endpoints: []string{addr, otherAddr}, TLS: load(p(expired, "ca.pem"), "", ""), DialTimeout: timeout})
+	if took := time.Since(start); !errors.Is(err, ErrTLSHandshake) || !strings.Contains(err.Error(), "x509: certificate signed by unknown authority") ||
+		took > timeout/3 {
+		t.Errorf("New with DialTimeout %v and the wrong CA: after %v: %v", timeout, took, err)
+	}
+
 	// One node of two refusing: the call goes to the other.
 	cl, err := New(Config{Endpoints: []string{otherAddr, addr}, TLS: good, RequestTimeout: timeout})
 	if err != nil {
