@@ -75,5 +75,6 @@ func (f *clientTLSFlags) config() (*tls.Config, error) {
 		return nil, errors.New(strings.TrimPrefix(err.Error(), "cairn: "))
 	}
 	cfg.ServerName = f.serverName
+	cfg.MinVersion = tls.VersionTLS13 // a node serves nothing older (cluster.TLSConfig)
 	return cfg, nil
 }
