@@ -32,7 +32,9 @@ type Config struct {
 	// address the cluster names that is not among them.
 	Endpoints []string
 	// DialTimeout, if positive, makes New wait until it has connected to
-	// at least one endpoint, failing with ErrUnavailable after that long.
+	// at least one endpoint, failing with ErrUnavailable after that long
+	// (at once with ErrTLSHandshake if the TLS handshake with every
+	// endpoint failed in a way a retry would repeat).
 	// Zero: New returns at once and connects lazily (a first request to
 	// unreachable nodes fails with ErrUnavailable after retries).
 	DialTimeout time.Duration
@@ -158,6 +160,9 @@ type nodeConn struct {
 	cc      *grpc.ClientConn
 	kv      cairnpb.KVClient
 	cluster cairnpb.ClusterClient
+	// handshake is the outcome of the connection's last TLS handshake
+	// (nil without TLS).
+	handshake *handshakeState
 }
 
 // New returns a Client of the cluster at cfg.Endpoints. Unless
@@ -192,11 +197,12 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// dialOptions are the options of every connection.
-func (c *Client) dialOptions() []grpc.DialOption {
+// dialOptions are the options of a connection; hs, with TLS, receives its
+// handshakes' outcomes.
+func (c *Client) dialOptions(hs *handshakeState) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if c.cfg.TLS != nil {
-		creds = credentials.NewTLS(c.cfg.TLS)
+		creds = handshakeCreds{TransportCredentials: credentials.NewTLS(c.cfg.TLS), state: hs}
 	}
 	minConnect := 5 * time.Second
 	if c.cfg.DialTimeout > 0 {
@@ -232,11 +238,15 @@ func (c *Client) connLocked(addr string) (*nodeConn, error) {
 	if nc, ok := c.mu.conns[addr]; ok {
 		return nc, nil
 	}
-	cc, err := grpc.NewClient(addr, c.dialOptions()...)
+	var hs *handshakeState
+	if c.cfg.TLS != nil {
+		hs = &handshakeState{}
+	}
+	cc, err := grpc.NewClient(addr, c.dialOptions(hs)...)
 	if err != nil {
 		return nil, fmt.Errorf("cairn: endpoint %s: %w", addr, err)
 	}
-	nc := &nodeConn{addr: addr, cc: cc, kv: cairnpb.NewKVClient(cc), cluster: cairnpb.NewClusterClient(cc)}
+	nc := &nodeConn{addr: addr, cc: cc, kv: cairnpb.NewKVClient(cc), cluster: cairnpb.NewClusterClient(cc), handshake: hs}
 	c.mu.conns[addr] = nc
 	c.mu.order = append(c.mu.order, addr)
 	return nc, nil
@@ -253,6 +263,13 @@ func (c *Client) waitConnected(timeout time.Duration) error {
 	}
 	c.mu.Unlock()
 	ready := make(chan struct{}, len(conns))
+	// refused receives the endpoints whose TLS handshake failed for good
+	// (see handshakeState): once all did, waiting longer is pointless.
+	type refusal struct {
+		addr string
+		err  error
+	}
+	refused := make(chan refusal, len(conns))
 	for _, nc := range conns {
 		go func() {
 			nc.cc.Connect()
@@ -261,18 +278,30 @@ func (c *Client) waitConnected(timeout time.Duration) error {
 					ready <- struct{}{}
 					return
 				}
+				if s == connectivity.TransientFailure {
+					if err := nc.handshake.last(); err != nil {
+						refused <- refusal{nc.addr, err}
+						return
+					}
+				}
 				if !nc.cc.WaitForStateChange(ctx, s) {
 					return
 				}
 			}
 		}()
 	}
-	select {
-	case <-ready:
-		return nil
-	case <-ctx.Done():
-		return clientError("connect", ErrUnavailable, codes.Unavailable,
-			"no endpoint of %v reachable within %v", c.cfg.Endpoints, timeout)
+	for n := 0; ; {
+		select {
+		case <-ready:
+			return nil
+		case r := <-refused:
+			if n++; n == len(conns) {
+				return tlsError("connect", r.addr, r.err, 0)
+			}
+		case <-ctx.Done():
+			return clientError("connect", ErrUnavailable, codes.Unavailable,
+				"no endpoint of %v reachable within %v", c.cfg.Endpoints, timeout)
+		}
 	}
 }
 

@@ -33,7 +33,13 @@
 // jitter, up to Config.MaxRetryBackoff. Nothing else is retried:
 // InvalidArgument, NotFound, FailedPrecondition, ResourceExhausted (a write
 // stalled in the storage engine, or a message too large) are returned at
-// once. When the deadline ends the retries, the error satisfies both
+// once. Neither is a TLS handshake that a retry would repeat (a node
+// certificate that does not verify against Config.TLS, a client
+// certificate the node refuses, a node that does not speak TLS): gRPC
+// reports it as Unavailable, but the call fails at once with
+// ErrTLSHandshake, naming the cause, when the node it is pinned to
+// (WithEndpoint) or every node failed so; a node that is down or
+// restarting is retried as before. When the deadline ends the retries, the error satisfies both
 // errors.Is(err, context.DeadlineExceeded) and the sentinel of the last
 // attempt's failure (usually ErrUnavailable).
 //
@@ -78,7 +84,7 @@
 // status.Code(err) works, and errors.Is(err, ErrNotFound),
 // ErrInvalidArgument, ErrUnavailable, ErrCompareFailed,
 // ErrFailedPrecondition, ErrResultUnavailable, ErrUnauthenticated,
-// ErrPermissionDenied, ErrClosed, context.DeadlineExceeded and
+// ErrPermissionDenied, ErrTLSHandshake, ErrClosed, context.DeadlineExceeded and
 // context.Canceled test for the usual cases.
 // Arguments the client can check itself (an empty key, a key over
 // cairnpb.MaxKeySize, an option given to a call it does not apply to) fail

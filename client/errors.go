@@ -43,6 +43,15 @@ var (
 	// ErrPermissionDenied: the request's identity lacks the role the call
 	// needs (the message names it).
 	ErrPermissionDenied = errors.New("cairn: permission denied")
+	// ErrTLSHandshake: the TLS handshake with the node the call is pinned
+	// to (WithEndpoint), or with every node, failed in a way a retry would
+	// repeat: the node's certificate does not verify against Config.TLS
+	// (an unknown CA, a name it does not hold, expired), the node refused
+	// the client's certificate (or its lack of one), or the node does not
+	// speak TLS. The message names the cause (the x509 or TLS error). The
+	// status code is Unavailable, as gRPC reports it; the call is not
+	// retried until its deadline.
+	ErrTLSHandshake = errors.New("cairn: TLS handshake failed")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("cairn: client closed")
 )
@@ -56,7 +65,8 @@ var (
 // ErrUnavailable for Unavailable, ErrFailedPrecondition for
 // FailedPrecondition, ErrResultUnavailable for AlreadyExists,
 // ErrUnauthenticated for Unauthenticated, ErrPermissionDenied for
-// PermissionDenied,
+// PermissionDenied, ErrTLSHandshake for a TLS handshake that failed for
+// good (see its documentation),
 // context.DeadlineExceeded for DeadlineExceeded, context.Canceled for
 // Canceled) and for the context's error if it ended the retries.
 type Error struct {
@@ -92,6 +102,8 @@ func (e *Error) Error() string {
 		s = "compare failed: " + msg
 	case e.kind == ErrClosed:
 		s = "client closed"
+	case e.kind == ErrTLSHandshake:
+		s = msg
 	case msg == e.Status.Code().String() || msg == codeName(e.Status.Code()):
 		s = codeName(e.Status.Code())
 	default:

@@ -54,6 +54,7 @@ func (c *Client) do(ctx context.Context, op string, r route, pinned string,
 	}
 	var last error
 	pauses := 0
+	var refused map[string]bool // nodes whose TLS handshake failed for good
 	for attempt := 1; ; attempt++ {
 		nc, err := c.pick(r, pinned)
 		if err != nil {
@@ -79,6 +80,18 @@ func (c *Client) do(ctx context.Context, op string, r route, pinned string,
 			return c.ctxError(op, cerr, err, attempt)
 		}
 		last = err
+		if herr := nc.handshake.refusedBy(st); herr != nil {
+			// A certificate that does not verify, or a node refusing
+			// ours, fails the same way every time: end the call once the
+			// node it is pinned to, or every node, refused.
+			if refused == nil {
+				refused = map[string]bool{}
+			}
+			refused[nc.addr] = true
+			if pinned != "" || c.allRefused(refused) {
+				return tlsError(op, nc.addr, herr, attempt)
+			}
+		}
 		retry, immediate := c.retryable(st, nc, pinned != "")
 		if p := (permanent{}); errors.As(err, &p) {
 			retry = false
@@ -108,6 +121,26 @@ func (c *Client) do(ctx context.Context, op string, r route, pinned string,
 		case <-t.C:
 		}
 	}
+}
+
+// allRefused reports whether every node the client has a connection to is
+// in refused.
+func (c *Client) allRefused(refused map[string]bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range c.mu.order {
+		if !refused[a] {
+			return false
+		}
+	}
+	return true
+}
+
+// tlsError is the error of a call ended by a TLS handshake with addr that
+// failed for good (herr, see permanentTLSError).
+func tlsError(op, addr string, herr error, attempts int) *Error {
+	return &Error{Op: op, Status: status.Newf(codes.Unavailable, "TLS handshake with %s failed: %v", addr, herr),
+		Attempts: attempts, kind: ErrTLSHandshake}
 }
 
 // ctxErr is ctx.Err(), or DeadlineExceeded once ctx's deadline has passed

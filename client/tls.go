@@ -29,10 +29,10 @@ func LoadTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	case certFile == "" && keyFile != "":
 		return nil, fmt.Errorf("cairn: TLS: key %s given without its certificate file", keyFile)
 	case certFile != "":
-		if err := checkPEM(certFile, "CERTIFICATE"); err != nil {
+		if err := checkPEM(certFile, "certificate"); err != nil {
 			return nil, err
 		}
-		if err := checkPEM(keyFile, "PRIVATE KEY"); err != nil {
+		if err := checkPEM(keyFile, "key"); err != nil {
 			return nil, err
 		}
 		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
@@ -42,7 +42,7 @@ func LoadTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 		cfg.Certificates = []tls.Certificate{pair}
 	}
 	if caFile != "" {
-		if err := checkPEM(caFile, "CERTIFICATE"); err != nil {
+		if err := checkPEM(caFile, "CA"); err != nil {
 			return nil, err
 		}
 		b, err := os.ReadFile(caFile)
@@ -58,18 +58,19 @@ func LoadTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// checkPEM fails unless name is readable and holds a PEM block whose type
-// ends with want ("CERTIFICATE", "PRIVATE KEY": RSA, EC and PKCS#8 keys),
-// so a swapped or wrong file gets an error that names it. It never shows
-// the file's contents (a key is a secret).
-func checkPEM(name, want string) error {
+// checkPEM fails unless name, the what file ("CA", "certificate" or
+// "key"), is readable and holds a PEM block of a certificate (for a CA or a
+// certificate) or a key (whose type ends with "PRIVATE KEY": RSA, EC and
+// PKCS#8 keys), so a swapped or wrong file gets an error that names it. It
+// never shows the file's contents (a key is a secret).
+func checkPEM(name, what string) error {
 	b, err := os.ReadFile(name)
 	if err != nil {
-		return fmt.Errorf("cairn: TLS: %w", err)
+		return fmt.Errorf("cairn: TLS: %s file: %w", what, err)
 	}
-	what := "certificate"
-	if want != "CERTIFICATE" {
-		what = "key"
+	want, noun := "CERTIFICATE", "certificate"
+	if what == "key" {
+		want, noun = "PRIVATE KEY", "key"
 	}
 	for rest := b; ; {
 		var blk *pem.Block
@@ -82,7 +83,7 @@ func checkPEM(name, want string) error {
 		}
 	}
 	if blk, _ := pem.Decode(b); blk != nil {
-		return fmt.Errorf("cairn: TLS: %s file %s holds a PEM %q block, not a %s", what, name, blk.Type, what)
+		return fmt.Errorf("cairn: TLS: %s file %s holds a PEM %q block, not a %s", what, name, blk.Type, noun)
 	}
 	return fmt.Errorf("cairn: TLS: %s file %s: %w", what, name, errNotPEM)
 }

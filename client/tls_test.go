@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -36,23 +37,33 @@ func (n *tlsNode) Status(ctx context.Context, _ *cairnpb.StatusRequest) (*cairnp
 // requires a client certificate signed by dir's CA.
 func serveTLS(t *testing.T, dir string, mTLS bool) string {
 	t.Helper()
-	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "n1.pem"), filepath.Join(dir, "n1-key.pem"))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	return serveTLSOn(t, dir, mTLS, lis)
+}
+
+// serveTLSOn is serveTLS on lis. It may be called from any goroutine: it
+// reports errors with t.Error.
+func serveTLSOn(t *testing.T, dir string, mTLS bool, lis net.Listener) string {
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "n1.pem"), filepath.Join(dir, "n1-key.pem"))
+	if err != nil {
+		t.Error(err)
+		lis.Close()
+		return ""
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 	if mTLS {
 		b, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			lis.Close()
+			return ""
 		}
 		cfg.ClientCAs = x509.NewCertPool()
 		cfg.ClientCAs.AppendCertsFromPEM(b)
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)))
 	n := &tlsNode{addr: lis.Addr().String()}
@@ -75,8 +86,8 @@ func genCerts(t *testing.T) string {
 func TestLoadTLSConnects(t *testing.T) {
 	dir, other := genCerts(t), genCerts(t)
 	addr := serveTLS(t, dir, true)
-	// Failures are retried until the timeout: short ones for the calls
-	// that must fail.
+	// A plaintext client of a TLS node is retried until the timeout:
+	// short ones for the calls that must fail.
 	timeout := 30 * time.Second
 	get := func(cfg *tls.Config) error {
 		t.Helper()
@@ -161,4 +172,158 @@ func TestLoadTLSErrors(t *testing.T) {
 	if err != nil || cfg == nil || cfg.RootCAs != nil {
 		t.Fatalf("nothing: %+v %v", cfg, err)
 	}
+}
+
+// A TLS handshake that cannot succeed (a certificate that does not verify,
+// a client certificate the node refuses, a node that does not speak TLS)
+// fails the call at once, naming the cause, instead of being retried until
+// the deadline; a node that is merely down is still retried, and one of
+// several nodes refusing does not fail a call another node can serve.
+func TestTLSHandshakeFailsFast(t *testing.T) {
+	dir, other := genCerts(t), genCerts(t)
+	expired := t.TempDir()
+	if _, err := certs.Generate(certs.Options{Dir: expired, Nodes: []string{"n1"}, Validity: time.Hour,
+		Now: func() time.Time { return time.Now().Add(-48 * time.Hour) }}); err != nil {
+		t.Fatal(err)
+	}
+	addr := serveTLS(t, dir, true)
+	otherAddr := serveTLS(t, other, false)
+	expiredAddr := serveTLS(t, expired, false)
+	plain := servePlain(t)
+	p := filepath.Join
+	load := func(ca, cert, key string) *tls.Config {
+		t.Helper()
+		cfg, err := LoadTLS(ca, cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	good := load(p(dir, "ca.pem"), p(dir, "admin.pem"), p(dir, "admin-key.pem"))
+	wrongName := good.Clone()
+	wrongName.ServerName = "n2"
+
+	// Every case would be retried for 30s before.
+	const timeout = 30 * time.Second
+	for _, c := range []struct {
+		name      string
+		endpoints []string
+		cfg       *tls.Config
+		want      string
+	}{
+		{"unknown CA", []string{addr}, load(p(other, "ca.pem"), p(dir, "admin.pem"), p(dir, "admin-key.pem")),
+			"x509: certificate signed by unknown authority"},
+		{"unknown CA, two nodes", []string{addr, otherAddr}, load(p(expired, "ca.pem"), p(dir, "admin.pem"), p(dir, "admin-key.pem")),
+			"x509: certificate signed by unknown authority"},
+		{"wrong name", []string{addr}, wrongName, "x509: certificate is valid for"},
+		{"expired", []string{expiredAddr}, load(p(expired, "ca.pem"), "", ""), "x509: certificate has expired"},
+		{"no client certificate", []string{addr}, load(p(dir, "ca.pem"), "", ""), "tls: certificate required"},
+		{"foreign client certificate", []string{addr}, load(p(dir, "ca.pem"), p(other, "admin.pem"), p(other, "admin-key.pem")),
+			"tls: unknown certificate authority"},
+		{"plaintext node", []string{plain}, good, "first record does not look like a TLS handshake"},
+	} {
+		for _, pinned := range []bool{false, true} {
+			c := c
+			c.name += map[bool]string{true: ", WithEndpoint"}[pinned]
+			cl, err := New(Config{Endpoints: c.endpoints, TLS: c.cfg, RequestTimeout: timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var opts []Option
+			if pinned {
+				opts = append(opts, WithEndpoint(c.endpoints[0]))
+			}
+			start := time.Now()
+			_, err = cl.Get(context.Background(), []byte("k"), opts...)
+			took := time.Since(start)
+			cl.Close()
+			if err == nil || !errors.Is(err, ErrTLSHandshake) || !strings.Contains(err.Error(), c.want) ||
+				errors.Is(err, context.DeadlineExceeded) || took > timeout/3 {
+				t.Errorf("%s: after %v: %v; want ErrTLSHandshake with %q at once", c.name, took, err, c.want)
+				continue
+			}
+			t.Logf("%s: after %v: %v", c.name, took.Round(time.Millisecond), err)
+		}
+	}
+
+	// New with a DialTimeout fails at once too.
+	start := time.Now()
+	_, err := New(Config{Endpoints: []string{addr, otherAddr}, TLS: load(p(expired, "ca.pem"), "", ""), DialTimeout: timeout})
+	if took := time.Since(start); !errors.Is(err, ErrTLSHandshake) || !strings.Contains(err.Error(), "x509: certificate signed by unknown authority") ||
+		took > timeout/3 {
+		t.Errorf("New with DialTimeout %v and the wrong CA: after %v: %v", timeout, took, err)
+	}
+
+	// One node of two refusing: the call goes to the other.
+	cl, err := New(Config{Endpoints: []string{otherAddr, addr}, TLS: good, RequestTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 { // the first attempts go to each node in turn
+		if _, err := cl.Get(context.Background(), []byte("k"), WithConsistency(Serializable)); err != nil {
+			t.Fatalf("get %d with one node refusing the handshake: %v", i, err)
+		}
+	}
+	cl.Close()
+
+	// A node that is down (connection refused) is retried until the
+	// deadline; one that comes up within it answers.
+	down := freeAddr(t)
+	cl, err = New(Config{Endpoints: []string{down}, TLS: good, RequestTimeout: 700 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	_, err = cl.Get(context.Background(), []byte("k"))
+	var ce *Error
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrTLSHandshake) ||
+		!errors.As(err, &ce) || ce.Attempts < 2 {
+		t.Fatalf("node down: %v; want retries until the deadline", err)
+	}
+	listened := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		lis, err := net.Listen("tcp", down)
+		if err == nil {
+			serveTLSOn(t, dir, true, lis)
+		}
+		listened <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_, err = cl.Get(ctx, []byte("k"))
+	if lerr := <-listened; lerr != nil {
+		t.Skipf("cannot listen on %s again: %v", down, lerr)
+	}
+	if err != nil {
+		t.Fatalf("node coming up during the retries: %v", err)
+	}
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
+}
+
+// servePlain starts a node serving without TLS.
+func servePlain(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	n := &tlsNode{addr: lis.Addr().String()}
+	cairnpb.RegisterKVServer(srv, n)
+	cairnpb.RegisterClusterServer(srv, n)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	return n.addr
 }

@@ -29,7 +29,8 @@ type nodeStatus struct {
 
 // statusNodeTimeout bounds each node's Status in `cairn status` (and
 // --timeout, if shorter): the nodes are asked in parallel, and one that
-// does not answer is shown as unreachable without holding up the others.
+// does not answer is shown as unreachable (or refused) without holding up
+// the others.
 const statusNodeTimeout = time.Second
 
 func newStatusCmd(g *globals) *cobra.Command {
@@ -44,8 +45,10 @@ write amplification, stalls, block cache hit ratio, and the LSM shape (files
 and bytes per level). -o json prints the full Status of each node.
 
 The nodes are asked in parallel, each for at most 1s (or --timeout if
-shorter); one that does not answer is listed as unreachable, with the
-reason below the table. A commit index shown as >=N is a lower bound: the
+shorter); one that does not answer is listed as unreachable, one that
+refuses the credentials (--token, --cert) as refused, one whose TLS
+handshake fails (a certificate that does not verify) as tls error, with the
+reason below the table. The command fails (exit 1) only if no node answers. A commit index shown as >=N is a lower bound: the
 node has not heard from a leader since it started, and N is its applied
 index.`,
 		Example: `  cairn status
@@ -176,6 +179,53 @@ func stateName(s cairnpb.RaftState) string {
 	return strings.ToLower(s.String())
 }
 
+// failure names why a node gave no Status: "refused" when it answered
+// but refused our credentials (Unauthenticated, PermissionDenied: the node
+// is up), "tls error" when the TLS handshake with it failed for good (a
+// certificate that does not verify, or ours refused), else "unreachable".
+func failure(err error) string {
+	switch {
+	case errors.Is(err, client.ErrUnauthenticated), errors.Is(err, client.ErrPermissionDenied):
+		return "refused"
+	case errors.Is(err, client.ErrTLSHandshake):
+		return "tls error"
+	}
+	return "unreachable"
+}
+
+// statusFailed is the error of a status that no node answered: the
+// failures by kind, and the reason of the first node that refused (the
+// node is up: the reason is the one to act on), else of the first.
+func statusFailed(sts []nodeStatus) error {
+	counts := map[string]int{}
+	var kinds []string
+	first := sts[0].err
+	if i := slices.IndexFunc(sts, func(s nodeStatus) bool { return failure(s.err) != "unreachable" }); i >= 0 {
+		first = sts[i].err
+	}
+	for _, s := range sts {
+		k := failure(s.err)
+		if counts[k] == 0 {
+			kinds = append(kinds, k)
+		}
+		counts[k]++
+	}
+	if len(kinds) == 1 {
+		switch kinds[0] {
+		case "refused":
+			return fmt.Errorf("status: refused by every node (%v)", first)
+		case "tls error":
+			return fmt.Errorf("status: the TLS handshake failed with every node (%v)", first)
+		}
+		return fmt.Errorf("status: no node answered (%v)", first)
+	}
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = fmt.Sprintf("%d %s", counts[k], k)
+	}
+	return fmt.Errorf("status: no node answered: %s (%v)", strings.Join(parts, ", "), first)
+}
+
 func (g *globals) printStatus(sts []nodeStatus) error {
 	tw := newTable(g.stdout)
 	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tTERM\tCOMMIT\tAPPLIED\tLAST SNAPSHOT\tLEADER\tVERSION")
@@ -185,8 +235,8 @@ func (g *globals) printStatus(sts []nodeStatus) error {
 		if s.err != nil {
 			failed++
 			unreachable = append(unreachable, s)
-			state := "unreachable"
-			if s.gossip != "" && s.gossip != "alive" {
+			state := failure(s.err)
+			if state == "unreachable" && s.gossip != "" && s.gossip != "alive" {
 				state += " (" + s.gossip + ")" // gossip's verdict: left, dead, suspect
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\n", orQuestion(s.id), orDash(s.addr), state)
@@ -199,7 +249,7 @@ func (g *globals) printStatus(sts []nodeStatus) error {
 	tw.Flush()
 	// The reasons go below the table, which they would otherwise stretch.
 	for _, s := range unreachable {
-		g.printf("%s (%s) unreachable: %v\n", orQuestion(s.id), orDash(s.addr), s.err)
+		g.printf("%s (%s) %s: %v\n", orQuestion(s.id), orDash(s.addr), failure(s.err), s.err)
 	}
 	if slices.ContainsFunc(sts, func(s nodeStatus) bool { return s.st.GetCommitIndexIsLowerBound() }) {
 		g.printf(">=N: the node has not heard from a leader since it started; N is its applied index\n")
@@ -257,7 +307,7 @@ func (g *globals) printStatus(sts []nodeStatus) error {
 		}
 	}
 	if failed == len(sts) {
-		return fmt.Errorf("status: no node answered (%v)", sts[0].err)
+		return statusFailed(sts)
 	}
 	return nil
 }
@@ -275,7 +325,7 @@ func (g *globals) printStatusJSON(sts []nodeStatus) error {
 	for _, s := range sts {
 		if s.err != nil {
 			failed++
-			m := map[string]string{"grpc_addr": s.addr, "error": s.err.Error()}
+			m := map[string]string{"grpc_addr": s.addr, "error": s.err.Error(), "failure": failure(s.err)}
 			if s.id != "" {
 				m["node_id"] = s.id
 			}
@@ -293,7 +343,7 @@ func (g *globals) printStatusJSON(sts []nodeStatus) error {
 		return err
 	}
 	if failed == len(sts) {
-		return fmt.Errorf("status: no node answered (%v)", sts[0].err)
+		return statusFailed(sts)
 	}
 	return nil
 }

@@ -7,9 +7,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/internal/certs"
@@ -119,11 +121,20 @@ func TestCLITLS(t *testing.T) {
 	if out := ok(t, "", "--endpoints", s.addr, "--cacert", p(dir, "ca.pem"), "get", "k"); out != "v1\n" {
 		t.Fatalf("get over TLS: %q", out)
 	}
-	r := cairn(t, "", "--endpoints", s.addr, "--timeout", "2s", "--cacert", p(other, "ca.pem"), "get", "k")
-	if r.code != 1 || !strings.Contains(r.stderr, "certificate signed by unknown authority") {
-		t.Fatalf("wrong CA: %+v", r)
+	// A certificate that does not verify fails at once, not after
+	// --timeout's retries, naming the cause; status shows it per node.
+	start := time.Now()
+	r := cairn(t, "", "--endpoints", s.addr, "--timeout", "30s", "--cacert", p(other, "ca.pem"), "get", "k")
+	if took := time.Since(start); r.code != 1 || !strings.Contains(r.stderr, "x509: certificate signed by unknown authority") ||
+		strings.Contains(r.stderr, "deadline") || took > 10*time.Second {
+		t.Fatalf("wrong CA: after %v: %+v", took, r)
 	}
 	t.Logf("wrong CA: %s", r.stderr)
+	r = cairn(t, "", "--endpoints", s.addr, "--timeout", "30s", "--cacert", p(other, "ca.pem"), "status")
+	if r.code != 1 || !regexp.MustCompile(`(?m)^\? +`+regexp.QuoteMeta(s.addr)+` +tls error `).MatchString(r.stdout) ||
+		!strings.Contains(r.stderr, "the TLS handshake failed with every node") {
+		t.Fatalf("status with the wrong CA: %+v", r)
+	}
 	r = cairn(t, "", "--endpoints", s.addr, "--timeout", "2s", "get", "k")
 	if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "give --cacert") {
 		t.Fatalf("no --cacert against a TLS node: %+v", r)
@@ -141,9 +152,10 @@ func TestCLITLS(t *testing.T) {
 	cairnpb.RegisterClusterServer(plain, ps)
 	go plain.Serve(lis)
 	t.Cleanup(plain.Stop)
-	r = cairn(t, "", "--endpoints", ps.addr, "--timeout", "2s", "--cacert", p(dir, "ca.pem"), "get", "k")
-	if r.code != 1 || !strings.Contains(r.stderr, "the node does not serve TLS") {
-		t.Fatalf("TLS against a plaintext node: %+v", r)
+	start = time.Now()
+	r = cairn(t, "", "--endpoints", ps.addr, "--timeout", "30s", "--cacert", p(dir, "ca.pem"), "get", "k")
+	if took := time.Since(start); r.code != 1 || !strings.Contains(r.stderr, "the node does not serve TLS") || took > 10*time.Second {
+		t.Fatalf("TLS against a plaintext node: after %v: %+v", took, r)
 	}
 
 	// mTLS: the client certificate is required, and the one from the
@@ -164,16 +176,21 @@ func TestCLITLS(t *testing.T) {
 	if callers != "admin,reader" {
 		t.Fatalf("client certificates seen by the node: %s, want admin,reader", callers)
 	}
-	// Flags win over the environment: a foreign client certificate is refused.
-	r = cairn(t, "", "--endpoints", m.addr, "--timeout", "2s", "--cert", p(other, "admin.pem"), "--key", p(other, "admin-key.pem"), "get", "k")
-	if r.code != 1 || r.stdout != "" {
-		t.Fatalf("foreign client certificate: %+v", r)
+	// Flags win over the environment: a foreign client certificate is
+	// refused, at once.
+	start = time.Now()
+	r = cairn(t, "", "--endpoints", m.addr, "--timeout", "30s", "--cert", p(other, "admin.pem"), "--key", p(other, "admin-key.pem"), "get", "k")
+	if took := time.Since(start); r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "remote error: tls: unknown certificate authority") ||
+		took > 10*time.Second {
+		t.Fatalf("foreign client certificate: after %v: %+v", took, r)
 	}
 	t.Setenv(envCert, "")
 	t.Setenv(envKey, "")
-	r = cairn(t, "", "--endpoints", m.addr, "--timeout", "2s", "get", "k")
-	if r.code != 1 || r.stdout != "" {
-		t.Fatalf("no client certificate: %+v", r)
+	start = time.Now()
+	r = cairn(t, "", "--endpoints", m.addr, "--timeout", "30s", "get", "k")
+	if took := time.Since(start); r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "remote error: tls: certificate required") ||
+		took > 10*time.Second {
+		t.Fatalf("no client certificate: after %v: %+v", took, r)
 	}
 	t.Setenv(envCACert, "")
 

@@ -2,12 +2,11 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
-	"fmt"
-	"os"
+	"strings"
 
+	"github.com/cairnkv/cairn/client"
 	"github.com/cairnkv/cairn/cluster"
 )
 
@@ -57,7 +56,9 @@ func (f *clientTLSFlags) register(fs *flag.FlagSet) {
 }
 
 // config returns the TLS configuration the flags describe, nil for
-// plaintext.
+// plaintext. The files are read as the cairn CLI reads them
+// (client.LoadTLS); an error is one line naming the file and what is wrong
+// with it.
 func (f *clientTLSFlags) config() (*tls.Config, error) {
 	switch {
 	case f.caCert == "" && (f.cert != "" || f.key != "" || f.serverName != ""):
@@ -67,21 +68,13 @@ func (f *clientTLSFlags) config() (*tls.Config, error) {
 	case (f.cert == "") != (f.key == ""):
 		return nil, errors.New("--cert and --key go together")
 	}
-	b, err := os.ReadFile(f.caCert)
+	cfg, err := client.LoadTLS(f.caCert, f.cert, f.key)
 	if err != nil {
-		return nil, fmt.Errorf("--cacert: %w", err)
+		// "TLS: CA file x.pem: ...", without the client library's
+		// "cairn: " (the command's own prefix is "cairn-node: ").
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "cairn: "))
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("--cacert %s: no PEM certificate in it", f.caCert)
-	}
-	cfg := &tls.Config{RootCAs: pool, ServerName: f.serverName, MinVersion: tls.VersionTLS13}
-	if f.cert != "" {
-		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
-		if err != nil {
-			return nil, fmt.Errorf("--cert %s, --key %s: %w", f.cert, f.key, err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-	}
+	cfg.ServerName = f.serverName
+	cfg.MinVersion = tls.VersionTLS13 // a node serves nothing older (cluster.TLSConfig)
 	return cfg, nil
 }

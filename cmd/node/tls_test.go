@@ -109,7 +109,12 @@ func TestTLSFlags(t *testing.T) {
 		{"client cert as node cert", append(data("d4"), "--tls-cert", f("app.pem"), "--tls-key", f("app-key.pem"), "--tls-peer-ca", f("ca.pem")), "not a valid node certificate"},
 		{"health cert without CA", []string{"health", "--cert", f("app.pem"), "--key", f("app-key.pem")}, "need --cacert"},
 		{"health cert without key", []string{"health", "--cacert", f("ca.pem"), "--cert", f("app.pem")}, "--cert and --key go together"},
-		{"health CA not PEM", []string{"health", "--cacert", garbage}, "no PEM certificate"},
+		{"health CA not PEM", []string{"health", "--cacert", garbage}, "TLS: CA file " + garbage + ": not PEM"},
+		{"health CA missing", []string{"health", "--cacert", f("none.pem")}, "TLS: CA file: open " + f("none.pem") + ": no such file"},
+		{"health CA is a key", []string{"health", "--cacert", f("app-key.pem")}, `TLS: CA file ` + f("app-key.pem") + ` holds a PEM "PRIVATE KEY" block, not a certificate`},
+		{"health cert and key swapped", []string{"health", "--cacert", f("ca.pem"), "--cert", f("app-key.pem"), "--key", f("app.pem")},
+			`TLS: certificate file ` + f("app-key.pem") + ` holds a PEM "PRIVATE KEY" block, not a certificate`},
+		{"health key of another cert", []string{"health", "--cacert", f("ca.pem"), "--cert", f("app.pem"), "--key", f("n1-key.pem")}, "does not match"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), c.args, &stdout, &stderr)
