@@ -25,6 +25,12 @@ func (d *DB) Flush() error {
 	defer d.mu.Unlock()
 	w := d.acquireCommitLeadershipLocked()
 	var err error
+	if d.mu.closing {
+		// A Flush racing Close (which the DB's contract forbids): Close
+		// may have dropped the memtables already; do not switch them.
+		d.releaseCommitLeadershipLocked(w)
+		return ErrClosed
+	}
 	if !d.mu.mem.empty() {
 		err = d.switchMemTableLocked(0, 0)
 	}
