@@ -374,7 +374,7 @@ func (d *DB) switchMemTableLocked(n, count int) error {
 		size = need
 	}
 	d.mu.imm = append(d.mu.imm, d.mu.mem)
-	d.mu.mem = newMemTable(size, d.opts.MemtableBloomBitsPerKey, newLogNum)
+	d.mu.mem = d.newMemTable(size, newLogNum)
 	d.updateReadStateLocked()
 	d.maybeScheduleFlushLocked()
 	return nil

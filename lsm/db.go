@@ -95,6 +95,11 @@ type DB struct {
 	// memtables already flushed.
 	tableFilter, retiredMemFilter filterCounters
 
+	// memArenaBytes is the capacity of this DB's memtable arenas not yet
+	// released (Metrics.MemTableArenaBytes): memtables in the lists, and
+	// those a reader or a flush still holds.
+	memArenaBytes atomic.Int64
+
 	// deleteMu serializes deleteObsoleteFiles, so that a call returns only
 	// once the files any earlier call found obsolete are removed.
 	deleteMu sync.Mutex
@@ -224,9 +229,17 @@ func (d *DB) Close() error {
 		}
 	}
 	rs := d.readState.Swap(nil)
+	// Drop the lists' references to the memtables: their arenas are
+	// released now, or by the last reader still holding a readState (an
+	// iterator not yet closed).
+	mems := append([]*memTable{d.mu.mem}, d.mu.imm...)
+	d.mu.imm = nil
 	d.mu.Unlock()
 	if rs != nil {
 		rs.unref()
+	}
+	for _, m := range mems {
+		m.unref()
 	}
 	d.deleteObsoleteFiles()
 	d.mu.Lock()

@@ -36,7 +36,11 @@
 // # Read path
 //
 // A read loads the current readState (memtables + version) with one atomic
-// load and a reference count: no DB-wide lock. Get probes memtables, then
+// load and a reference count: no DB-wide lock. The readState holds a
+// reference to each of its memtables, whose arenas are mapped outside the
+// Go heap (on unix) and unmapped when the last reference goes: the DB's
+// lists, a flush writing the memtable, or the last reader (an iterator at
+// Close) of a readState naming it. Get probes memtables, then
 // the L0 tables that may hold the key, then one table per deeper level; each
 // table's cache-local Bloom filter is consulted first, the bottom level's
 // included. Data blocks come through a sharded block cache shared by all

@@ -25,6 +25,12 @@ func (d *DB) Flush() error {
 	defer d.mu.Unlock()
 	w := d.acquireCommitLeadershipLocked()
 	var err error
+	if d.mu.closing {
+		// A Flush racing Close (which the DB's contract forbids): Close
+		// may have dropped the memtables already; do not switch them.
+		d.releaseCommitLeadershipLocked(w)
+		return ErrClosed
+	}
 	if !d.mu.mem.empty() {
 		err = d.switchMemTableLocked(0, 0)
 	}
@@ -150,12 +156,21 @@ func (d *DB) immStopLocked() bool {
 // REQUIRES: d.mu held (released while writing the table).
 func (d *DB) flushOneLocked() error {
 	ms := slices.Clone(d.mu.imm)
+	for _, m := range ms {
+		m.ref() // the flush's own, held while it reads them
+	}
+	unrefAll := func() {
+		for _, m := range ms {
+			m.unref()
+		}
+	}
 	fileNum := d.mu.versions.NewFileNum()
 	d.mu.Unlock()
 	start := time.Now()
 	meta, blobs, err := d.writeMemTables(ms, fileNum)
 	d.mu.Lock()
 	if err != nil {
+		unrefAll() // the lists still hold them: no release under d.mu
 		return fmt.Errorf("lsm: flushing memtable to table %s: %w", fileNum, err)
 	}
 	ve := &version.VersionEdit{}
@@ -169,6 +184,7 @@ func (d *DB) flushOneLocked() error {
 	}
 	ve.NewBlobFiles = blobs
 	if err := d.mu.versions.LogAndApply(&d.mu.Mutex, ve); err != nil {
+		unrefAll()
 		return fmt.Errorf("lsm: recording flush in manifest: %w", err)
 	}
 	for _, b := range blobs {
@@ -188,6 +204,11 @@ func (d *DB) flushOneLocked() error {
 	d.mu.bgCond.Broadcast()
 	d.maybeScheduleCompactionLocked()
 	d.mu.Unlock()
+	// Drop the flush's references and the lists' (the memtables left
+	// d.mu.imm above): unless a reader still holds an older readState,
+	// the arenas are released here, outside d.mu.
+	unrefAll()
+	unrefAll()
 	d.flushInstalled(meta, time.Since(start))
 	d.deleteObsoleteFiles()
 	d.mu.Lock()

@@ -406,7 +406,10 @@ func (it *Iterator) Close() error {
 	it.closed = true
 	it.releaseBlob()
 	err := errors.Join(it.err, it.iter.Close())
-	it.rs.unref()
+	// key and value may alias a memtable's arena, which dropping the
+	// readState may release (unmap): forget them first.
+	it.key, it.value = nil, nil
 	it.valid = false
+	it.rs.unref()
 	return err
 }

@@ -19,9 +19,22 @@ import (
 // Writes come only from the commit pipeline, one batch at a time; reads are
 // concurrent with writes and take no lock except to snapshot the tombstone
 // list.
+//
+// The arena is memory outside the Go heap (see arenaskl.Arena), freed when
+// the last reference is dropped. References: one for the DB's lists
+// (d.mu.mem, d.mu.imm; or recovery's memtable), one per readState whose
+// mems hold it (readers keep their readState until they stop reading:
+// Get and GetFunc until they return, iterators until Close), one for a
+// flush writing it.
 type memTable struct {
-	skl   *arenaskl.Skiplist
-	bloom *filter.DynamicBloom // nil when disabled
+	skl *arenaskl.Skiplist
+	// refs counts the references above. Invariant: the arena is released
+	// exactly when refs drops to 0, and nothing takes a reference after.
+	refs atomic.Int32
+	// liveBytes is the owning DB's count of arena bytes not yet released
+	// (Metrics.MemTableArenaBytes).
+	liveBytes *atomic.Int64
+	bloom     *filter.DynamicBloom // nil when disabled
 	// logNum is the WAL that holds this memtable's writes; it may be
 	// deleted once the memtable is flushed.
 	logNum base.FileNum
@@ -54,18 +67,46 @@ type memTable struct {
 // internal key's trailer.
 var memTableArenaOverheadBytes = int64(arenaskl.MaxNodeSize(base.TrailerLen, 0))
 
-func newMemTable(capacityBytes int64, bloomBitsPerKey float64, logNum base.FileNum) *memTable {
+// newMemTable returns a memtable with one reference, its owner's: the
+// DB's lists, or recovery. Its arena counts in d.memArenaBytes until
+// released.
+func (d *DB) newMemTable(capacityBytes int64, logNum base.FileNum) *memTable {
 	m := &memTable{
 		skl:           arenaskl.NewSkiplist(arenaskl.NewArena(int(capacityBytes))),
 		logNum:        logNum,
 		capacityBytes: capacityBytes,
+		liveBytes:     &d.memArenaBytes,
 	}
-	if bloomBitsPerKey > 0 {
+	m.refs.Store(1)
+	m.liveBytes.Add(int64(m.skl.Arena().Capacity()))
+	if bloomBitsPerKey := d.opts.MemtableBloomBitsPerKey; bloomBitsPerKey > 0 {
 		keys := int(capacityBytes / MemTableBloomAssumedEntryBytes)
 		m.bloom = filter.NewDynamicBloomBitsPerKey(keys, bloomBitsPerKey)
 	}
 	m.tombs.Store(rangedel.NewSet(nil))
 	return m
+}
+
+// ref takes a reference. REQUIRES: the caller holds one already (directly,
+// or through d.mu for the DB's lists' reference).
+func (m *memTable) ref() {
+	if m.refs.Add(1) <= 1 {
+		panic("lsm: memtable referenced after its arena was released")
+	}
+}
+
+// unref drops a reference, releasing the arena with the last one. Nothing
+// may touch the arena's memory (keys, values, iterators) through this
+// reference afterwards.
+func (m *memTable) unref() {
+	switch n := m.refs.Add(-1); {
+	case n == 0:
+		a := m.skl.Arena()
+		m.liveBytes.Add(-int64(a.Capacity()))
+		a.Release()
+	case n < 0:
+		panic("lsm: memtable reference count below zero")
+	}
 }
 
 // fits reports whether a batch of n encoded bytes and count entries fits

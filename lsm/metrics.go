@@ -75,6 +75,13 @@ type Metrics struct {
 	TableFilter    FilterMetrics
 	BackgroundErr  error
 
+	// MemTableArenaBytes is the capacity of the memtable arenas not yet
+	// released: those of MemTables, and of flushed memtables that a reader
+	// (an open iterator) or a flush still holds. On unix the arenas are
+	// mapped outside the Go heap, and only their touched pages are
+	// resident. It drops to 0 once the DB is closed and its iterators too.
+	MemTableArenaBytes int64
+
 	// Blob holds key-value separation's figures.
 	Blob BlobMetrics
 }
@@ -167,6 +174,7 @@ func (d *DB) Metrics() *Metrics {
 	d.mu.Unlock()
 
 	m.MemTables = len(mems)
+	m.MemTableArenaBytes = d.memArenaBytes.Load()
 	for _, mt := range mems {
 		m.MemTableBytes += mt.approximateBytes()
 		m.MemtableFilter.Checked += mt.bloomChecked.Load()

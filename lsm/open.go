@@ -128,7 +128,10 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 	// Replay the WALs into memtables, flushing each one that fills.
 	ve := &version.VersionEdit{}
 	maxSeq := vs.LastSeq()
-	mem := newMemTable(o.MemTableSizeBytes, o.MemtableBloomBitsPerKey, 0)
+	// Recovery holds the one reference to mem; the memtable is dropped as
+	// soon as it is written (or recovery fails).
+	mem := d.newMemTable(o.MemTableSizeBytes, 0)
+	defer func() { mem.unref() }()
 	flushMem := func() error {
 		if mem.empty() {
 			return nil
@@ -141,7 +144,8 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 			ve.NewFiles = append(ve.NewFiles, version.NewFile{Level: 0, Meta: meta})
 		}
 		ve.NewBlobFiles = append(ve.NewBlobFiles, blobs...)
-		mem = newMemTable(o.MemTableSizeBytes, o.MemtableBloomBitsPerKey, 0)
+		mem.unref()
+		mem = d.newMemTable(o.MemTableSizeBytes, 0)
 		return nil
 	}
 	for _, n := range logs {
@@ -181,7 +185,7 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 		d.mu.liveLogs = append(d.mu.liveLogs, newLogNum)
 	}
 	d.mu.liveLogs = append(logs, d.mu.liveLogs...)
-	d.mu.mem = newMemTable(initialMemTableSize(o), o.MemtableBloomBitsPerKey, newLogNum)
+	d.mu.mem = d.newMemTable(initialMemTableSize(o), newLogNum)
 	d.mu.memNextSize = min(2*initialMemTableSize(o), o.MemTableSizeBytes)
 	d.visibleSeq.Store(uint64(vs.LastSeq() + 1))
 	d.updateReadStateLocked()
@@ -240,7 +244,8 @@ func (d *DB) replayWAL(n base.FileNum, syncedSize int64, mem **memTable, maxSeq 
 			}
 			if !(*mem).fits(len(rec), int(br.count)) {
 				size := int64(len(rec)) + int64(br.count)*memTableArenaOverheadBytes + 1<<16
-				*mem = newMemTable(size, d.opts.MemtableBloomBitsPerKey, 0)
+				(*mem).unref() // empty: flushMem just wrote it
+				*mem = d.newMemTable(size, 0)
 			}
 		}
 		if err := (*mem).apply(br, br.seq); err != nil {

@@ -48,6 +48,9 @@ func (s *readState) tryRef() bool {
 func (s *readState) unref() {
 	if s.refs.Add(-1) == 0 {
 		s.version.Unref() // wakes the cleaner if files became obsolete
+		for _, m := range s.mems {
+			m.unref()
+		}
 	}
 }
 
@@ -76,6 +79,9 @@ func (d *DB) updateReadStateLocked() {
 	s.mems = append(s.mems, d.mu.mem)
 	for i := len(d.mu.imm) - 1; i >= 0; i-- {
 		s.mems = append(s.mems, d.mu.imm[i])
+	}
+	for _, m := range s.mems {
+		m.ref() // d.mu holds the lists' reference
 	}
 	if old := d.readState.Swap(s); old != nil {
 		old.unref()

@@ -15,9 +15,17 @@ var ErrArenaFull = errors.New("arenaskl: arena full")
 // MaxArenaSize is the largest arena capacity: offsets are uint32.
 const MaxArenaSize = math.MaxUint32
 
-// Arena is a fixed-size bump allocator over one []byte allocated up front.
+// Arena is a fixed-size bump allocator over one buffer allocated up front.
 // Allocation is lock-free (one atomic add); nothing is ever freed
-// individually: the whole arena is dropped with its skiplist.
+// individually: the whole arena is released at once (Release).
+//
+// On unix the buffer is an anonymous private mapping, outside the Go heap:
+// the garbage collector neither counts it towards its heap goal (GOGC would
+// otherwise keep as much again in headroom) nor zeroes it (fresh anonymous
+// pages are zero, and the kernel provides them as they are first touched).
+// Elsewhere it is a Go slice. Either way it must be released with Release
+// once nothing reads the arena any more; an arena never released keeps its
+// mapping until the process exits (LiveBytes counts it).
 //
 // The arena holds no Go pointers, only bytes and uint32 offsets into itself,
 // so the garbage collector never scans it however many nodes it holds.
@@ -28,37 +36,72 @@ type Arena struct {
 	// allocation overflows the buffer it may exceed len(buf) (it is 64 bits
 	// wide so that it cannot wrap). Invariant: n >= 1.
 	n atomic.Uint64
-	// buf is the arena's memory. Its length never changes.
+	// buf is the arena's memory. Its length never changes until Release,
+	// which sets it to nil.
 	buf []byte
+	// capacity is len(buf) before Release.
+	capacity uint32
+	// released is set by Release.
+	released atomic.Bool
 }
 
+// liveBytes is the capacity of the arenas allocated and not yet released,
+// process-wide.
+var liveBytes atomic.Int64
+
+// LiveBytes returns the total capacity of the arenas allocated and not yet
+// released in this process: a leak check.
+func LiveBytes() int64 { return liveBytes.Load() }
+
 // NewArena returns an arena of capacityBytes bytes. The buffer is allocated
-// (and zeroed) immediately. It panics if capacityBytes is negative or above
-// MaxArenaSize: the capacity is a configuration value validated by the
-// caller.
+// immediately (mapped, on unix: its pages cost memory only once touched).
+// It panics if capacityBytes is negative or above MaxArenaSize: the
+// capacity is a configuration value validated by the caller; and if the
+// memory cannot be mapped, like make would when out of memory.
 func NewArena(capacityBytes int) *Arena {
 	if capacityBytes < 0 || uint64(capacityBytes) > MaxArenaSize {
 		panic("arenaskl: arena capacity out of range")
 	}
-	// make([]byte, n) memory is at least 8-byte aligned for n >= 8, which is
-	// more than the 4-byte alignment nodes need.
-	a := &Arena{buf: make([]byte, capacityBytes)}
+	// Mapped memory is page-aligned, make([]byte, n) memory at least
+	// 8-byte aligned for n >= 8: more than the 4-byte alignment nodes need.
+	a := &Arena{buf: allocBuffer(capacityBytes), capacity: uint32(capacityBytes)}
 	a.n.Store(1)
+	liveBytes.Add(int64(capacityBytes))
 	return a
 }
+
+// Release frees the arena's memory. Nothing may read or write the arena, its
+// skiplist or any slice they returned once Release is called: with a mapped
+// buffer, such an access faults (or, once the address is mapped again,
+// reads another arena). The caller guarantees it by reference counting
+// (lsm's memTable). Release panics if called twice: freeing a mapping twice
+// could unmap memory that has been mapped again since.
+func (a *Arena) Release() {
+	if a.released.Swap(true) {
+		panic("arenaskl: arena released twice")
+	}
+	buf := a.buf
+	a.buf = nil
+	liveBytes.Add(-int64(a.capacity))
+	freeBuffer(buf)
+}
+
+// Released reports whether Release was called.
+func (a *Arena) Released() bool { return a.released.Load() }
 
 // Size returns the number of bytes allocated so far, including offset 0 and
 // alignment padding, capped at Capacity.
 func (a *Arena) Size() uint32 {
 	n := a.n.Load()
-	if n > uint64(len(a.buf)) {
-		return uint32(len(a.buf))
+	if n > uint64(a.capacity) {
+		return a.capacity
 	}
 	return uint32(n)
 }
 
-// Capacity returns the size of the arena's buffer.
-func (a *Arena) Capacity() uint32 { return uint32(len(a.buf)) }
+// Capacity returns the size of the arena's buffer. Size and Capacity may be
+// called after Release.
+func (a *Arena) Capacity() uint32 { return a.capacity }
 
 // alloc reserves size bytes aligned to align (a power of two) and returns
 // their offset. overflow is a number of bytes past the allocation that must

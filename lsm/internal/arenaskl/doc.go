@@ -1,7 +1,7 @@
 // Package arenaskl is the memtable's concurrent skiplist: a lock-free,
 // insert-only skiplist of encoded internal keys (base.InternalCompare order)
-// whose nodes, keys and values all live in one []byte arena allocated up
-// front.
+// whose nodes, keys and values all live in one arena allocated up front, off
+// the Go heap where the system has mmap (see Arena).
 //
 // # Why an arena
 //
@@ -23,7 +23,8 @@
 // allocated, so offset 0 means "no node". Every node is 4-byte aligned and is
 // followed directly by its key and value (see the diagram on type node); its
 // tower is truncated to its height. Allocation is a single atomic add on the
-// arena's high-water mark; nothing is ever freed.
+// arena's high-water mark; nothing is freed but the whole arena
+// (Arena.Release), once its owner knows no one reads it any more.
 //
 // The arena is memory only; it is never written to disk, and its layout may
 // change freely.
