@@ -153,10 +153,16 @@ func (d *DB) pickCompactionLocked() *compaction {
 		}
 		return 0
 	})
+	l0Blocked := false
 	for _, cand := range cands {
 		var c *compaction
 		if cand.level == 0 {
 			c = d.newCompactionLocked(v, 0, l0OutputLevel(v, baseLevel), v.Levels[0])
+			l0Blocked = c == nil
+		} else if l0Blocked && cand.level == l0OutputLevel(v, baseLevel) {
+			// L0 is more urgent and waits for this level's tables:
+			// compacting more of them would keep it waiting.
+			continue
 		} else {
 			for _, f := range d.levelFilesLocked(v, cand.level) {
 				if c = d.newCompactionLocked(v, cand.level, cand.level+1, []*version.FileMetadata{f}); c != nil {
