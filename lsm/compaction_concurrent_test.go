@@ -262,9 +262,13 @@ func testConcurrentCompactionsRandomized(t *testing.T, conc int, seed uint64) {
 		maxAtOnce atomic.Int64
 		installs  atomic.Int64
 	)
-	var d *DB
+	var open atomic.Pointer[DB] // the DB the listener checks (reopen: nil)
 	o.EventListener = &EventListener{CompactionInstalled: func(CompactionInfo) {
 		installs.Add(1)
+		d := open.Load()
+		if d == nil {
+			return
+		}
 		d.mu.Lock()
 		v := d.mu.versions.Current()
 		v.Ref()
@@ -274,7 +278,8 @@ func testConcurrentCompactionsRandomized(t *testing.T, conc int, seed uint64) {
 		}
 		v.Unref()
 	}}
-	d = mustOpen(t, "db", o)
+	d := mustOpen(t, "db", o)
+	open.Store(d)
 	d.mu.Lock()
 	var slowTables atomic.Uint64
 	d.mu.compactions.beforeWrite = func(*compaction) {
@@ -434,6 +439,7 @@ func testConcurrentCompactionsRandomized(t *testing.T, conc int, seed uint64) {
 		}
 	}
 	check(d)
+	open.Store(nil)
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
