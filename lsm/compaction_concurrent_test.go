@@ -453,3 +453,19 @@ func testConcurrentCompactionsRandomized(t *testing.T, conc int, seed uint64) {
 		t.Fatal(err)
 	}
 }
+
+// TestMaxConcurrentCompactionsOption checks the option's default and
+// validation.
+func TestMaxConcurrentCompactionsOption(t *testing.T) {
+	o := testOptions(vfs.NewMem())
+	o.MaxConcurrentCompactions = -1
+	if _, err := Open("db", o); !errors.Is(err, base.ErrInvalidArgument) {
+		t.Fatalf("MaxConcurrentCompactions -1: Open = %v, want an invalid argument", err)
+	}
+	o = testOptions(vfs.NewMem())
+	d := mustOpen(t, "db", o)
+	defer d.Close()
+	if n := d.opts.MaxConcurrentCompactions; n < 1 || n > 4 {
+		t.Fatalf("default MaxConcurrentCompactions %d, want 1-4", n)
+	}
+}
