@@ -376,7 +376,7 @@ func TestBlobForcedCompactionsStop(t *testing.T) {
 	idle := func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		return !d.mu.flushing && !d.mu.compacting && !d.mu.blobGC.running && len(d.mu.imm) == 0
+		return !d.mu.flushing && d.mu.compactions.running == 0 && !d.mu.blobGC.running && len(d.mu.imm) == 0
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for !idle() {
@@ -402,11 +402,12 @@ func TestBlobForcedCompactionsStop(t *testing.T) {
 				f.Compacting = false
 			}
 		}
+		d.mu.compactions.inProgress = nil
 		c.version.Unref()
 	}
 	// Scheduling again starts nothing.
 	d.maybeScheduleCompactionLocked()
-	started := d.mu.compacting
+	started := d.mu.compactions.running > 0
 	d.mu.Unlock()
 	t.Logf("at rest: counted space amp %.2f, relocation set %v, L0 hides garbage %v; %+v", amp, set, hides, m)
 	if c != nil || started {
@@ -442,7 +443,7 @@ func TestBlobForcedCompactionsStop(t *testing.T) {
 func waitBackgroundIdle(d *DB) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for d.mu.flushing || d.mu.compacting || d.mu.blobGC.running || len(d.mu.imm) > 0 {
+	for d.mu.flushing || d.mu.compactions.running > 0 || d.mu.blobGC.running || len(d.mu.imm) > 0 {
 		d.mu.bgCond.Wait()
 	}
 }

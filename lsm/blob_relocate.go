@@ -248,6 +248,12 @@ func blobFilesReachable(v *version.Version) (files map[base.FileNum]bool, all bo
 // possible now (see the comment at the top of the file).
 // REQUIRES: d.mu held.
 func (d *DB) pickBlobCompactionLocked(v *version.Version, baseLevel int) *compaction {
+	if d.mu.blobGC.relocating != nil {
+		// A running compaction relocates (one at a time): one forced
+		// now would relocate nothing. That compaction's goroutine
+		// picks again when it ends.
+		return nil
+	}
 	set := d.blobRelocationSetLocked(v)
 	if len(set) == 0 && !d.l0HidesBlobGarbageLocked(v) {
 		return nil

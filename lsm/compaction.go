@@ -3,6 +3,7 @@ package lsm
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -13,23 +14,79 @@ import (
 	"github.com/cairnkv/cairn/lsm/version"
 )
 
-// maybeScheduleCompactionLocked starts the compaction goroutine when a
-// level needs compacting and none is running.
-// REQUIRES: d.mu held.
-func (d *DB) maybeScheduleCompactionLocked() {
-	if d.mu.compacting || d.mu.closing || d.mu.bgErr != nil || d.mu.manualCompactions > 0 {
-		return
-	}
-	c := d.pickCompactionLocked()
-	if c == nil {
-		return
-	}
-	d.mu.compacting = true
-	d.bgWG.Add(1)
-	go d.compactionLoop(c)
+// compactionsState is the DB's compaction bookkeeping, in d.mu.
+//
+// Several compactions may run at once (Options.MaxConcurrentCompactions),
+// each on its own goroutine, if they do not conflict (see
+// conflictsLocked): no file is an input of two of them (the inputs are
+// marked FileMetadata.Compacting), and no two write, or one writes and
+// another reads, overlapping key ranges of the same level. At most one
+// L0 compaction runs at a time: every pick of L0 takes all of L0's files
+// that overlap (and in practice all of them), so a second one finds them
+// compacting. A manual Compact runs alone: it waits for the running
+// compactions to end and none starts until it returns.
+type compactionsState struct {
+	// running counts the goroutines running compactions: background
+	// loops (compactionLoop) and Compact calls.
+	running int
+	// inProgress are the compactions whose inputs are marked compacting,
+	// from their pick to the end of runCompactionLocked.
+	inProgress []*compaction
+	// beforeWrite, set by tests, is called with d.mu released before a
+	// compaction that rewrites its inputs writes its tables.
+	beforeWrite func(*compaction)
 }
 
-// compactionLoop runs c, then whatever the picker finds next.
+// compactionDebtConcurrencyBytes is the pending compaction bytes per
+// extra concurrent compaction, in LBaseMaxBytes (see
+// compactionConcurrencyLocked).
+const compactionDebtConcurrencyBytes = 2
+
+// compactionConcurrencyLocked returns how many compactions may run at
+// once now: 1, plus one for each L0CompactionThreshold tables L0 holds
+// beyond its threshold and one for each compactionDebtConcurrencyBytes ×
+// LBaseMaxBytes of pending compaction bytes (pendingCompactionBytes),
+// whichever is more, at most MaxConcurrentCompactions. This is Pebble's
+// rule (CompactionConcurrencyRange raised by L0 read amplification over
+// L0CompactionConcurrency, or by compaction debt over
+// CompactionDebtConcurrency) with cairn's thresholds: one compaction
+// keeps up with a light load and leaves the cores to the writers; more
+// start only when compactions fall behind.
+// REQUIRES: d.mu held.
+func (d *DB) compactionConcurrencyLocked() int {
+	limit := d.opts.MaxConcurrentCompactions
+	if limit <= 1 {
+		return 1
+	}
+	v := d.mu.versions.Current()
+	extra := (len(v.Levels[0]) - d.opts.L0CompactionThreshold) / d.opts.L0CompactionThreshold
+	baseLevel, targets := levelTargets(v, d.opts)
+	debt := pendingCompactionBytes(v, d.opts, baseLevel, targets)
+	extra = max(extra, int(debt/(compactionDebtConcurrencyBytes*d.opts.LBaseMaxBytes)))
+	return min(1+max(extra, 0), limit)
+}
+
+// maybeScheduleCompactionLocked starts compaction goroutines while levels
+// need compacting, the picker finds compactions that do not conflict with
+// the running ones, and fewer than compactionConcurrencyLocked run.
+// REQUIRES: d.mu held.
+func (d *DB) maybeScheduleCompactionLocked() {
+	if d.mu.closing || d.mu.bgErr != nil || d.mu.manualCompactions > 0 {
+		return
+	}
+	for d.mu.compactions.running < d.compactionConcurrencyLocked() {
+		c := d.pickCompactionLocked()
+		if c == nil {
+			return
+		}
+		d.mu.compactions.running++
+		d.bgWG.Add(1)
+		go d.compactionLoop(c)
+	}
+}
+
+// compactionLoop runs c, then whatever the picker finds next, while no
+// more compactions run than compactionConcurrencyLocked allows.
 func (d *DB) compactionLoop(c *compaction) {
 	defer d.bgWG.Done()
 	d.mu.Lock()
@@ -42,10 +99,38 @@ func (d *DB) compactionLoop(c *compaction) {
 		if d.mu.closing || d.mu.bgErr != nil || d.mu.manualCompactions > 0 {
 			break
 		}
+		if d.mu.compactions.running > d.compactionConcurrencyLocked() {
+			break
+		}
 		c = d.pickCompactionLocked()
+		if c != nil {
+			// What c's predecessor installed may allow more.
+			d.maybeScheduleCompactionLocked()
+		}
 	}
-	d.mu.compacting = false
+	d.mu.compactions.running--
 	d.mu.bgCond.Broadcast()
+}
+
+// conflictsLocked reports whether a compaction of the user keys
+// [smallest, largest] from startLevel into outputLevel conflicts with a
+// running one (Pebble's and RocksDB's rule, beyond inputs that are
+// already compacting, which newCompactionLocked checks): both write
+// overlapping key ranges of the same level, where their outputs could
+// overlap (a level below L0 must not hold overlapping tables), or one
+// writes a key range of the level the other reads from. The outputs of a
+// compaction lie within the key range of its inputs.
+// REQUIRES: d.mu held.
+func (d *DB) conflictsLocked(startLevel, outputLevel int, smallest, largest []byte) bool {
+	for _, r := range d.mu.compactions.inProgress {
+		if bytes.Compare(smallest, r.largest) > 0 || bytes.Compare(r.smallest, largest) > 0 {
+			continue
+		}
+		if outputLevel == r.outputLevel || startLevel == r.outputLevel || outputLevel == r.startLevel {
+			return true
+		}
+	}
+	return false
 }
 
 // runCompactionLocked runs c and installs its result.
@@ -57,6 +142,7 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 				f.Compacting = false
 			}
 		}
+		d.mu.compactions.inProgress = slices.DeleteFunc(d.mu.compactions.inProgress, func(r *compaction) bool { return r == c })
 		c.version.Unref()
 		// That may have been the last reference to the inputs (the
 		// deletion after the install found them still held): without
@@ -80,10 +166,22 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 		outputs = c.inputs[0]
 	} else {
 		snapshots := d.mu.snapshots.list()
-		c.relocate = d.blobRelocationSetLocked(c.version)
-		d.mu.blobGC.relocating = c.relocate
-		defer func() { d.mu.blobGC.relocating = nil }()
+		// One compaction at a time relocates blob records: two must not
+		// relocate the same file (each would copy its records and count
+		// them as its garbage), and GC leaves alone only the files
+		// blobGC.relocating holds.
+		if d.mu.blobGC.relocating == nil {
+			c.relocate = d.blobRelocationSetLocked(c.version)
+			if len(c.relocate) > 0 {
+				d.mu.blobGC.relocating = c.relocate
+				defer func() { d.mu.blobGC.relocating = nil }()
+			}
+		}
+		hook := d.mu.compactions.beforeWrite
 		d.mu.Unlock()
+		if hook != nil {
+			hook(c)
+		}
 		var err error
 		res, err = d.compactTables(c, snapshots)
 		d.mu.Lock()
@@ -536,12 +634,12 @@ func (d *DB) Compact(start, end []byte) error {
 		d.mu.manualCompactions--
 		d.maybeScheduleCompactionLocked()
 	}()
-	for d.mu.compacting {
+	for d.mu.compactions.running > 0 {
 		d.mu.bgCond.Wait()
 	}
-	d.mu.compacting = true
+	d.mu.compactions.running++
 	defer func() {
-		d.mu.compacting = false
+		d.mu.compactions.running--
 		d.mu.bgCond.Broadcast()
 	}()
 	lo, hi := start, end

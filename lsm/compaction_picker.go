@@ -3,6 +3,7 @@ package lsm
 import (
 	"bytes"
 	"slices"
+	"sort"
 
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/version"
@@ -97,17 +98,28 @@ func levelSize(v *version.Version, level int) int64 {
 	return n
 }
 
-// pickCompactionLocked returns the most urgent compaction, or nil. It marks
-// the chosen inputs as compacting and takes a reference on the version.
+// pickCompactionLocked returns the most urgent compaction that does not
+// conflict with a running one, or nil. It marks the chosen inputs as
+// compacting and takes a reference on the version.
+//
+// The levels are tried by score, the most urgent first, and in a level
+// below L0 its files from the compaction pointer on, round robin, until a
+// compaction's inputs are all free and it conflicts with none running.
+// With no compaction running the first candidate is taken: one compaction
+// at a time is picked exactly as before concurrent compactions.
 // REQUIRES: d.mu held.
 func (d *DB) pickCompactionLocked() *compaction {
 	v := d.mu.versions.Current()
 	baseLevel, targets := levelTargets(v, d.opts)
 
-	bestLevel, bestScore := -1, 1.0
+	type candidate struct {
+		level int
+		score float64
+	}
+	var cands []candidate
 	if n := len(v.Levels[0]); n > 0 {
-		if s := float64(n) / float64(d.opts.L0CompactionThreshold); s >= bestScore {
-			bestLevel, bestScore = 0, s
+		if s := float64(n) / float64(d.opts.L0CompactionThreshold); s >= 1 {
+			cands = append(cands, candidate{0, s})
 		}
 	}
 	for l := 1; l < version.NumLevels-1; l++ {
@@ -123,50 +135,71 @@ func (d *DB) pickCompactionLocked() *compaction {
 		} else {
 			s = float64(size) / float64(targets[l])
 		}
-		if s > bestScore {
-			bestLevel, bestScore = l, s
+		if s > 1 {
+			cands = append(cands, candidate{l, s})
 		}
 	}
-	if bestLevel < 0 {
+	if len(cands) == 0 {
 		return d.pickBlobCompactionLocked(v, baseLevel)
 	}
-	var c *compaction
-	if bestLevel == 0 {
-		c = d.newCompactionLocked(v, 0, l0OutputLevel(v, baseLevel), v.Levels[0])
-	} else {
-		f := d.pickFileLocked(v, bestLevel)
-		if f == nil {
-			return nil
+	// By score, highest first; on a tie the upper level (L0 wins a tie
+	// with any level, as before).
+	slices.SortStableFunc(cands, func(a, b candidate) int {
+		switch {
+		case a.score > b.score:
+			return -1
+		case a.score < b.score:
+			return 1
 		}
-		c = d.newCompactionLocked(v, bestLevel, bestLevel+1, []*version.FileMetadata{f})
-	}
-	if c == nil {
-		return nil
-	}
-	c.score = bestScore
-	return c
-}
-
-// pickFileLocked picks the file of level to compact next: the first one
-// after the level's compaction pointer, round robin, as LevelDB does, so
-// that every part of the key space is compacted in turn.
-// REQUIRES: d.mu held.
-func (d *DB) pickFileLocked(v *version.Version, level int) *version.FileMetadata {
-	files := v.Levels[level]
-	ptr := d.mu.compactPointer[level]
-	for i := range files {
-		if ptr == nil || bytes.Compare(files[i].Smallest, ptr) > 0 {
-			if !files[i].Compacting {
-				return files[i]
+		return 0
+	})
+	l0Blocked := false
+	for _, cand := range cands {
+		var c *compaction
+		if cand.level == 0 {
+			c = d.newCompactionLocked(v, 0, l0OutputLevel(v, baseLevel), v.Levels[0])
+			l0Blocked = c == nil
+		} else if l0Blocked && cand.level == l0OutputLevel(v, baseLevel) {
+			// L0 is more urgent and waits for this level's tables:
+			// compacting more of them would keep it waiting.
+			continue
+		} else {
+			for _, f := range d.levelFilesLocked(v, cand.level) {
+				if c = d.newCompactionLocked(v, cand.level, cand.level+1, []*version.FileMetadata{f}); c != nil {
+					break
+				}
 			}
 		}
-	}
-	for _, f := range files {
-		if !f.Compacting {
-			return f
+		if c != nil {
+			c.score = cand.score
+			return c
+		}
+		if len(d.mu.compactions.inProgress) == 0 {
+			return nil // nothing runs that could have blocked it
 		}
 	}
 	return nil
+}
+
+// levelFilesLocked returns the files of level that are not compacting in
+// the order the picker tries them: the first one after the level's
+// compaction pointer, round robin, as LevelDB does, so that every part of
+// the key space is compacted in turn.
+// REQUIRES: d.mu held.
+func (d *DB) levelFilesLocked(v *version.Version, level int) []*version.FileMetadata {
+	files := v.Levels[level]
+	ptr := d.mu.compactPointer[level]
+	i := 0
+	if ptr != nil {
+		i = sort.Search(len(files), func(i int) bool { return bytes.Compare(files[i].Smallest, ptr) > 0 })
+	}
+	out := make([]*version.FileMetadata, 0, len(files))
+	for _, f := range append(files[i:len(files):len(files)], files[:i]...) {
+		if !f.Compacting {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // newCompactionLocked builds a compaction of start (files of startLevel)
@@ -197,6 +230,9 @@ func (d *DB) newCompactionLocked(v *version.Version, startLevel, outputLevel int
 		}
 	}
 	c.smallest, c.largest = userKeyRange(all)
+	if d.conflictsLocked(startLevel, outputLevel, c.smallest, c.largest) {
+		return nil
+	}
 	c.bottommost = true
 	for l := outputLevel + 1; l < version.NumLevels; l++ {
 		if len(v.Overlaps(l, c.smallest, c.largest)) > 0 {
@@ -219,6 +255,7 @@ func (d *DB) newCompactionLocked(v *version.Version, startLevel, outputLevel int
 	for _, f := range all {
 		f.Compacting = true
 	}
+	d.mu.compactions.inProgress = append(d.mu.compactions.inProgress, c)
 	v.Ref()
 	return c
 }

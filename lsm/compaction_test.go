@@ -213,10 +213,10 @@ func TestCompactionOutputsBoundedGrandparentOverlap(t *testing.T) {
 	}
 
 	d.mu.Lock()
-	for d.mu.compacting {
+	for d.mu.compactions.running > 0 {
 		d.mu.bgCond.Wait()
 	}
-	d.mu.compacting = true
+	d.mu.compactions.running++
 	v := d.mu.versions.Current()
 	bottom := levelSize(v, 6)
 	limit := maxGrandparentOverlapFiles * o.TargetFileSizeBytes
@@ -226,7 +226,7 @@ func TestCompactionOutputsBoundedGrandparentOverlap(t *testing.T) {
 	}
 	c := d.newCompactionLocked(v, 0, 5, v.Levels[0])
 	err := d.runCompactionLocked(c)
-	d.mu.compacting = false
+	d.mu.compactions.running--
 	v = d.mu.versions.Current()
 	v.Ref()
 	d.mu.Unlock()

@@ -80,7 +80,7 @@ type DB struct {
 		// bgErr is set.
 		bgCond            sync.Cond
 		flushing          bool
-		compacting        bool
+		compactions       compactionsState
 		manualCompactions int
 		closing           bool
 		compactPointer    [version.NumLevels][]byte

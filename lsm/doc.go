@@ -117,8 +117,10 @@
 //
 // # Limits of this version
 //
-// One compaction runs at a time (beside one flush); every live table stays
-// open (no bound on open files); a snapshot's release does not by itself
+// Compactions of disjoint key ranges run side by side only once they fall
+// behind (Options.MaxConcurrentCompactions), and at most one compacts L0;
+// one flush runs at a time; every live table stays open (no bound on open
+// files); a snapshot's release does not by itself
 // schedule a compaction of the bottom level to drop what it held (Compact
 // does, and so does the next compaction that reaches those files); blob
 // values are stored uncompressed (the format has a compression byte, but

@@ -22,7 +22,8 @@ type EventListener struct {
 	// next compaction until it returns: it must return quickly and
 	// must not wait for writes, Flush or Checkpoint of this DB (a write
 	// may be waiting for this very compaction). Hand the work to another
-	// goroutine.
+	// goroutine. Compactions that run at once
+	// (Options.MaxConcurrentCompactions) call it concurrently.
 	CompactionInstalled func(CompactionInfo)
 
 	// FlushInstalled is called when a flush has installed its L0 table

@@ -130,6 +130,19 @@ type Options struct {
 	// level uses every core). 1 writes every compaction on one goroutine.
 	// Default: GOMAXPROCS at Open, at most 4.
 	MaxSubcompactions int
+	// MaxConcurrentCompactions bounds the background compactions that run
+	// at once, each on its own goroutine (and each split further into
+	// MaxSubcompactions parts). Compactions that run together never share
+	// an input table and never write, or write and read, overlapping key
+	// ranges of one level; at most one compacts L0. One runs while
+	// compactions keep up; one more starts for each L0CompactionThreshold
+	// tables L0 holds beyond its threshold, or for each 2×LBaseMaxBytes
+	// of pending compaction bytes, whichever is more (Pebble's
+	// CompactionConcurrencyRange, raised the same way), up to this bound.
+	// 1 runs one compaction at a time. Default: GOMAXPROCS at Open, at
+	// most 4 (RocksDB's max_background_compactions is 2 by default within
+	// max_background_jobs; Pebble v2's upper bound defaults to 1).
+	MaxConcurrentCompactions int
 	// TargetFileSizeBytes is the size at which compaction cuts output
 	// files. Default 4 MiB.
 	TargetFileSizeBytes int64
@@ -315,6 +328,9 @@ func (o *Options) withDefaults() (*Options, error) {
 	if c.MaxSubcompactions == 0 {
 		c.MaxSubcompactions = min(runtime.GOMAXPROCS(0), 4)
 	}
+	if c.MaxConcurrentCompactions == 0 {
+		c.MaxConcurrentCompactions = min(runtime.GOMAXPROCS(0), 4)
+	}
 	if c.TargetFileSizeBytes == 0 {
 		c.TargetFileSizeBytes = 4 << 20
 	}
@@ -362,6 +378,8 @@ func (o *Options) withDefaults() (*Options, error) {
 		return bad("CacheSizeBytes", c.CacheSizeBytes)
 	case c.MaxSubcompactions < 0:
 		return bad("MaxSubcompactions", c.MaxSubcompactions)
+	case c.MaxConcurrentCompactions < 0:
+		return bad("MaxConcurrentCompactions", c.MaxConcurrentCompactions)
 	case c.MemTableSizeBytes < 64<<10:
 		return bad("MemTableSizeBytes (minimum 64 KiB)", c.MemTableSizeBytes)
 	case c.MemTableSizeBytes > 4<<30:

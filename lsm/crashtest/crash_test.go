@@ -67,6 +67,9 @@ func options() *lsm.Options {
 		LBaseMaxBytes:         128 << 10,
 		BlockSizeBytes:        1 << 10,
 		Compression:           lsm.SnappyCompression,
+		// Compactions run side by side once they fall behind, so that
+		// kills land between their installs too.
+		MaxConcurrentCompactions: 3,
 	}
 }
 

@@ -18,9 +18,9 @@ type Config struct {
 
 func (c Config) String() string {
 	o := c.Opts
-	return fmt.Sprintf("%s{memtable=%d blocks=%d restart=%d L0trigger=%d targetFile=%d lbase=%d mult=%d compression=%v filterBits=%v memBloomBits=%v cache=%d walRecovery=%d walSyncRecord=%d disableWAL=%v minBlob=%d blobCompression=%v blobFile=%d blobCache=%d}",
+	return fmt.Sprintf("%s{memtable=%d blocks=%d restart=%d L0trigger=%d targetFile=%d lbase=%d mult=%d concurrentCompactions=%d compression=%v filterBits=%v memBloomBits=%v cache=%d walRecovery=%d walSyncRecord=%d disableWAL=%v minBlob=%d blobCompression=%v blobFile=%d blobCache=%d}",
 		c.Name, o.MemTableSizeBytes, o.BlockSizeBytes, o.BlockRestartInterval, o.L0CompactionThreshold,
-		o.TargetFileSizeBytes, o.LBaseMaxBytes, o.LevelMultiplier, o.Compression, o.FilterBitsPerKey,
+		o.TargetFileSizeBytes, o.LBaseMaxBytes, o.LevelMultiplier, o.MaxConcurrentCompactions, o.Compression, o.FilterBitsPerKey,
 		o.MemtableBloomBitsPerKey, o.CacheSizeBytes, o.WALRecovery, o.WALSyncRecordBytes, o.DisableWAL,
 		o.MinBlobSize, o.BlobCompression, o.BlobTargetFileSizeBytes, o.BlobCacheSizeBytes)
 }
@@ -34,7 +34,8 @@ func (c Config) String() string {
 //   - tiny: 64 KiB memtables, 64–256 B blocks, L0 compaction at 2 files,
 //     small target files and a small base level: flushes, compactions and
 //     multi-file levels happen constantly, and the small block cache evicts;
-//     every synced write records the WAL's size in the manifest.
+//     every synced write records the WAL's size in the manifest; 1–4
+//     concurrent compactions.
 //   - nofilter: no SST filters and no memtable Bloom filter; separation
 //     off (every value in the tables).
 //   - zstd: Zstd compression, point-in-time WAL recovery.
@@ -44,13 +45,13 @@ func (c Config) String() string {
 //   - nowal: the WAL disabled.
 //   - blob64: key-value separation of values from 64 bytes (Snappy blob
 //     files, as the tables), small blob files and a blob cache that
-//     evicts, tiny memtables and files.
+//     evicts, tiny memtables and files; 1–4 concurrent compactions.
 //   - blob4k: separation of values from 4 KiB (the large ones only),
 //     uncompressed blob files.
 func Configs(seed uint64) []Config {
 	rng := rand.New(rand.NewPCG(seed, 0x636f6e666967))
 	tinyBlock := 64 + rng.IntN(193)
-	return []Config{
+	cs := []Config{
 		{Name: "default"},
 		{Name: "tiny", Opts: lsm.Options{
 			MemTableSizeBytes:     64 << 10,
@@ -113,4 +114,10 @@ func Configs(seed uint64) []Config {
 			WALSyncRecordBytes:    1,
 		}},
 	}
+	// Drawn last, so that a seed still draws the other options it drew
+	// before this one existed.
+	for _, i := range []int{1, 6} { // tiny, blob64
+		cs[i].Opts.MaxConcurrentCompactions = 1 + rng.IntN(4)
+	}
+	return cs
 }

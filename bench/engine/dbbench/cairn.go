@@ -18,6 +18,8 @@ func openCairn(dir string, cfg Config) (Engine, []string, error) {
 		FilterBitsPerKey:  cfg.BloomBitsKey,
 		Compression:       lsm.SnappyCompression,
 		DisableWALMmap:    cfg.CairnDisableWALMmap,
+
+		MaxConcurrentCompactions: cfg.CairnMaxConcurrentCompactions,
 	}
 	settings := []string{
 		fmt.Sprintf("CacheSizeBytes=%d", o.CacheSizeBytes),
@@ -25,6 +27,7 @@ func openCairn(dir string, cfg Config) (Engine, []string, error) {
 		fmt.Sprintf("FilterBitsPerKey=%g (Get consults every table's filter, every level, and the memtables' DynamicBloom)", o.FilterBitsPerKey),
 		"Compression=snappy", "WAL=on", "sync=per write (WriteOptions.Sync) in fillsync only",
 		fmt.Sprintf("DisableWALMmap=%v", o.DisableWALMmap),
+		fmt.Sprintf("MaxConcurrentCompactions=%d (0: default)", o.MaxConcurrentCompactions),
 		"Compact=DB.Compact(nil, nil) (flush, then every level down to the bottom)",
 		"Get=DB.GetFunc (a view of the value, touched, not copied)",
 	}

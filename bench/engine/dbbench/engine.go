@@ -63,6 +63,9 @@ type Config struct {
 	// CairnDisableWALMmap sets cairn's lsm.Options.DisableWALMmap (WAL
 	// appends by write(2) instead of through a mapping of the file).
 	CairnDisableWALMmap bool
+	// CairnMaxConcurrentCompactions sets cairn's
+	// lsm.Options.MaxConcurrentCompactions (0: the engine's default).
+	CairnMaxConcurrentCompactions int
 }
 
 // DefaultConfig is the equal footing of the comparison: 64 MiB block

@@ -50,6 +50,7 @@ func main() {
 	traceFile := flag.String("trace", "", "write a Go execution trace of the benchmark(s) named by --profile-benchmark to this file (go tool trace; -pprof=sched|sync|syscall for off-CPU time)")
 	profBench := flag.String("profile-benchmark", "readrandom", "benchmark name(s) to profile, comma-separated (a name after compact ends in @compacted)")
 	flag.BoolVar(&def.CairnDisableWALMmap, "cairn-disable-wal-mmap", false, "cairn lsm.Options.DisableWALMmap: WAL appends by write(2)")
+	flag.IntVar(&def.CairnMaxConcurrentCompactions, "cairn-max-concurrent-compactions", 0, "cairn lsm.Options.MaxConcurrentCompactions (0: engine default)")
 	flag.Parse()
 
 	if *seed == 0 {
