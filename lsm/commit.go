@@ -392,7 +392,9 @@ func initialMemTableSize(o *Options) int64 {
 	return min(initialMemTableBytes, o.MemTableSizeBytes)
 }
 
-// createWAL creates WAL n and makes its directory entry durable.
+// createWAL creates WAL n and makes its directory entry durable. With
+// Options.WALBufferedWrites the file is a bufferedWAL: writes to it reach
+// the file in the background.
 func (d *DB) createWAL(n base.FileNum) (vfs.File, error) {
 	f, err := d.fs.Create(base.MakeFilepath(d.dirname, base.FileTypeLog, n))
 	if err != nil {
@@ -402,7 +404,11 @@ func (d *DB) createWAL(n base.FileNum) (vfs.File, error) {
 		f.Close()
 		return nil, err
 	}
-	return newWALFile(f, d.opts), nil
+	wf := newWALFile(f, d.opts)
+	if d.opts.WALBufferedWrites {
+		return newBufferedWAL(wf), nil
+	}
+	return wf, nil
 }
 
 // syncDir makes the directory's entries durable.
