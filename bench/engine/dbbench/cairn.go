@@ -18,6 +18,7 @@ func openCairn(dir string, cfg Config) (Engine, []string, error) {
 		FilterBitsPerKey:  cfg.BloomBitsKey,
 		Compression:       lsm.SnappyCompression,
 		DisableWALMmap:    cfg.CairnDisableWALMmap,
+		WALBufferedWrites: cfg.CairnWALBuffered,
 	}
 	settings := []string{
 		fmt.Sprintf("CacheSizeBytes=%d", o.CacheSizeBytes),
@@ -25,6 +26,7 @@ func openCairn(dir string, cfg Config) (Engine, []string, error) {
 		fmt.Sprintf("FilterBitsPerKey=%g", o.FilterBitsPerKey),
 		"Compression=snappy", "WAL=on", "sync=per write (WriteOptions.Sync) in fillsync only",
 		fmt.Sprintf("DisableWALMmap=%v", o.DisableWALMmap),
+		fmt.Sprintf("WALBufferedWrites=%v", o.WALBufferedWrites),
 		"Compact=DB.Compact(nil, nil) (flush, then every level down to the bottom)",
 		"Get=DB.GetFunc (a view of the value, touched, not copied)",
 	}

@@ -63,6 +63,10 @@ type Config struct {
 	// CairnDisableWALMmap sets cairn's lsm.Options.DisableWALMmap (WAL
 	// appends by write(2) instead of through a mapping of the file).
 	CairnDisableWALMmap bool
+	// CairnWALBuffered sets cairn's lsm.Options.WALBufferedWrites (the
+	// WAL buffered in memory and written by a goroutine: the weaker
+	// guarantee Pebble's WAL gives an unsynced write).
+	CairnWALBuffered bool
 }
 
 // DefaultConfig is the equal footing of the comparison: 64 MiB block

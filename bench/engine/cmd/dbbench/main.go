@@ -50,6 +50,7 @@ func main() {
 	traceFile := flag.String("trace", "", "write a Go execution trace of the benchmark(s) named by --profile-benchmark to this file (go tool trace; -pprof=sched|sync|syscall for off-CPU time)")
 	profBench := flag.String("profile-benchmark", "readrandom", "benchmark name(s) to profile, comma-separated (a name after compact ends in @compacted)")
 	flag.BoolVar(&def.CairnDisableWALMmap, "cairn-disable-wal-mmap", false, "cairn lsm.Options.DisableWALMmap: WAL appends by write(2)")
+	flag.BoolVar(&def.CairnWALBuffered, "cairn-wal-buffered", false, "cairn lsm.Options.WALBufferedWrites: the WAL buffered in memory and written by a goroutine (an acknowledged NoSync write may be lost in a process kill, as with Pebble)")
 	flag.Parse()
 
 	if *seed == 0 {
