@@ -21,6 +21,13 @@ import (
 // held again, publishes the new visible sequence number and wakes the group.
 // Followers sleep on their own condition variable until they are done or
 // become the leader of the next group.
+//
+// With Options.WALBufferedWrites the WAL file is a bufferedWAL
+// (wal_buffered.go): the leader's appends only copy the records into a
+// buffer in memory, and the fsync a Sync member asks for is a request to
+// the buffer's flusher goroutine, which writes the buffer out, syncs, and
+// wakes the leader. Nothing else in the pipeline changes: the WAL switch
+// and Close write out and sync the buffer through finishWAL and Sync.
 
 // writer is one Write waiting in the commit queue.
 type writer struct {

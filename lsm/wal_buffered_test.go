@@ -133,6 +133,11 @@ func TestBufferedWALSyncWaitsForFsync(t *testing.T) {
 	if _, err := w.Write(p); err == nil {
 		t.Fatal("Write after Close succeeded")
 	}
+	select {
+	case <-w.done:
+	default:
+		t.Fatal("the flusher is still running after Close")
+	}
 }
 
 // TestBufferedWALRandomized appends random amounts with random Syncs: the
@@ -184,6 +189,11 @@ func TestBufferedWALRandomized(t *testing.T) {
 	}
 	if !bytes.Equal(f.data, f.want) || f.bad != "" {
 		t.Fatalf("after Close: %d of %d bytes written; %s", len(f.data), len(f.want), f.bad)
+	}
+	select {
+	case <-w.done:
+	default:
+		t.Fatal("the flusher is still running after Close")
 	}
 }
 
