@@ -178,7 +178,9 @@ type Options struct {
 	// Sync). What it gives up: an acknowledged NoSync write may be lost if
 	// the process is killed (or crashes) before that goroutine has handed
 	// it to the operating system; at most WALBufferBytes (1 MiB) plus the
-	// last commit group are in the buffer at any moment. What it keeps: a
+	// last commit group are in the buffer at any moment, and a byte waits
+	// there about a millisecond at most (longer only if the goroutine is
+	// not scheduled or the write to the file is slow). What it keeps: a
 	// Sync write returns only when it and every write before it are
 	// written and fsynced; a memtable switch, Flush and Close write out
 	// and sync the buffer first; and what survives a crash is always a

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/cairnkv/cairn/lsm/vfs"
 )
@@ -13,6 +14,15 @@ import (
 // this many are, so that at most WALBufferBytes plus one commit group's are
 // lost if the process dies.
 const WALBufferBytes = 1 << 20
+
+// A bufferedWAL's flusher is woken when walFlushBytes are buffered, when a
+// Sync waits, or walFlushDelay after a byte entered an empty buffer,
+// rather than at every append: waking a goroutine per small write costs
+// more CPU than the write (a futex wake-up, a context switch).
+const (
+	walFlushBytes = 64 << 10
+	walFlushDelay = time.Millisecond
+)
 
 // errWALFinished is returned by a write to a bufferedWAL after finish.
 var errWALFinished = errors.New("lsm: write to a finished WAL")
@@ -37,8 +47,10 @@ type bufferedWAL struct {
 	// File is the WAL file (possibly a mapped WAL, wal_mmap_linux.go).
 	vfs.File
 
-	mu   sync.Mutex
-	cond sync.Cond // broadcast on every change below
+	mu sync.Mutex
+	// cond is broadcast when the flusher has work (see walFlushBytes)
+	// and when it has written, synced or failed.
+	cond sync.Cond
 	// buf holds the bytes appended and not yet taken by the flusher;
 	// spare is the buffer the flusher last wrote out, for reuse.
 	buf, spare []byte
@@ -47,6 +59,13 @@ type bufferedWAL struct {
 	appended, written, synced int64
 	// syncWanted is the largest offset a Sync waits to see synced.
 	syncWanted int64
+	// timer sets flushDue walFlushDelay after it is armed (timerArmed):
+	// Invariant: while buf is not empty, timerArmed or flushDue is set, or
+	// buf holds walFlushBytes, so every byte is written out within about
+	// walFlushDelay.
+	timer      *time.Timer
+	timerArmed bool
+	flushDue   bool
 	err        error
 	// stopping: finish asked the flusher to write out the buffer and
 	// exit; no Write is accepted. done is closed when the flusher exits.
@@ -58,6 +77,8 @@ type bufferedWAL struct {
 func newBufferedWAL(f vfs.File) *bufferedWAL {
 	w := &bufferedWAL{File: f, done: make(chan struct{})}
 	w.cond.L = &w.mu
+	w.timer = time.AfterFunc(time.Hour, w.flushTimer)
+	w.timer.Stop()
 	go w.flushLoop()
 	return w
 }
@@ -78,8 +99,23 @@ func (w *bufferedWAL) Write(p []byte) (int, error) {
 	}
 	w.buf = append(w.buf, p...)
 	w.appended += int64(len(p))
-	w.cond.Broadcast()
+	switch {
+	case len(w.buf) >= walFlushBytes || w.flushDue:
+		w.cond.Broadcast()
+	case !w.timerArmed && !w.flushDue:
+		w.timerArmed = true
+		w.timer.Reset(walFlushDelay)
+	}
 	return len(p), nil
+}
+
+// flushTimer wakes the flusher for the bytes buffered walFlushDelay ago.
+func (w *bufferedWAL) flushTimer() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.timerArmed = false
+	w.flushDue = true
+	w.cond.Broadcast()
 }
 
 // Sync returns once every byte appended before the call is written to the
@@ -116,7 +152,8 @@ func (w *bufferedWAL) flushLoop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
-		for w.err == nil && len(w.buf) == 0 && w.syncWanted <= w.synced && !w.stopping {
+		for w.err == nil && w.syncWanted <= w.synced && !w.stopping &&
+			(len(w.buf) == 0 || (len(w.buf) < walFlushBytes && !w.flushDue)) {
 			w.cond.Wait()
 		}
 		if w.err != nil || (len(w.buf) == 0 && w.syncWanted <= w.synced) {
@@ -124,6 +161,7 @@ func (w *bufferedWAL) flushLoop() {
 		}
 		data := w.buf
 		w.buf, w.spare = w.spare[:0], nil
+		w.flushDue = false
 		doSync := w.syncWanted > w.synced
 		w.mu.Unlock()
 		var err error
@@ -158,6 +196,7 @@ func (w *bufferedWAL) finish() error {
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	<-w.done
+	w.timer.Stop()
 	w.mu.Lock()
 	err := w.err
 	w.mu.Unlock()

@@ -140,6 +140,35 @@ func TestBufferedWALSyncWaitsForFsync(t *testing.T) {
 	}
 }
 
+// TestBufferedWALWritesOutUnsynced: a small unsynced append, too small to
+// wake the flusher by its size, still reaches the file soon (the flush
+// timer), without a Sync or a Close.
+func TestBufferedWALWritesOutUnsynced(t *testing.T) {
+	f := newGateFile()
+	w := newBufferedWAL(f)
+	defer w.Close()
+	for round := range 3 {
+		p := bytes.Repeat([]byte{byte('a' + round)}, 100)
+		f.appended(p)
+		if _, err := w.Write(p); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for {
+			f.mu.Lock()
+			n, want := len(f.data), len(f.want)
+			f.mu.Unlock()
+			if n == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d of %d appended bytes reached the file after a minute", round, n, want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
 // TestBufferedWALRandomized appends random amounts with random Syncs: the
 // file is always a prefix of what was appended (the flusher writes in
 // order), a Sync leaves everything appended before it durable, and no more
