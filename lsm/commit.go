@@ -21,6 +21,13 @@ import (
 // held again, publishes the new visible sequence number and wakes the group.
 // Followers sleep on their own condition variable until they are done or
 // become the leader of the next group.
+//
+// With Options.WALBufferedWrites the WAL file is a bufferedWAL
+// (wal_buffered.go): the leader's appends only copy the records into a
+// buffer in memory, and the fsync a Sync member asks for is a request to
+// the buffer's flusher goroutine, which writes the buffer out, syncs, and
+// wakes the leader. Nothing else in the pipeline changes: the WAL switch
+// and Close write out and sync the buffer through finishWAL and Sync.
 
 // writer is one Write waiting in the commit queue.
 type writer struct {
@@ -392,7 +399,9 @@ func initialMemTableSize(o *Options) int64 {
 	return min(initialMemTableBytes, o.MemTableSizeBytes)
 }
 
-// createWAL creates WAL n and makes its directory entry durable.
+// createWAL creates WAL n and makes its directory entry durable. With
+// Options.WALBufferedWrites the file is a bufferedWAL: writes to it reach
+// the file in the background.
 func (d *DB) createWAL(n base.FileNum) (vfs.File, error) {
 	f, err := d.fs.Create(base.MakeFilepath(d.dirname, base.FileTypeLog, n))
 	if err != nil {
@@ -402,7 +411,11 @@ func (d *DB) createWAL(n base.FileNum) (vfs.File, error) {
 		f.Close()
 		return nil, err
 	}
-	return newWALFile(f, d.opts), nil
+	wf := newWALFile(f, d.opts)
+	if d.opts.WALBufferedWrites {
+		return newBufferedWAL(wf), nil
+	}
+	return wf, nil
 }
 
 // syncDir makes the directory's entries durable.

@@ -184,6 +184,25 @@ type Options struct {
 	// unwanted (e.g. network file systems); it is also the fallback where
 	// fallocate is unsupported.
 	DisableWALMmap bool
+	// WALBufferedWrites trades the default durability of unsynced writes
+	// for speed (as Pebble's WAL does). A write appends its WAL record to
+	// a buffer in the process's memory and returns; a goroutine writes
+	// the buffer to the WAL file (and fsyncs it when a write asks for
+	// Sync). What it gives up: an acknowledged NoSync write may be lost if
+	// the process is killed (or crashes) before that goroutine has handed
+	// it to the operating system; at most WALBufferBytes (1 MiB) plus the
+	// last commit group are in the buffer at any moment, and a byte waits
+	// there about a millisecond at most (longer only if the goroutine is
+	// not scheduled or the write to the file is slow). What it keeps: a
+	// Sync write returns only when it and every write before it are
+	// written and fsynced; a memtable switch, Flush and Close write out
+	// and sync the buffer first; and what survives a crash is always a
+	// prefix of the acknowledged writes, each batch whole or absent, never
+	// a gap. A failed background write or sync becomes the DB's background
+	// error: the next write returns it, and every later one. Default off:
+	// an acknowledged NoSync write survives a process kill. Ignored with
+	// DisableWAL.
+	WALBufferedWrites bool
 	// testInitialMemTableBytes, if > 0, replaces initialMemTableBytes
 	// (tests that need one memtable, hence one WAL, from the start).
 	testInitialMemTableBytes int64

@@ -224,11 +224,12 @@ func (w *mmapWAL) Sync() error {
 	return w.File.Sync()
 }
 
-// finishWAL ends a WAL that takes no more writes before its final sync:
-// a mapped WAL unmaps its chunks and is truncated to the bytes written, so
-// that the fsync writes back no zero-filled space reserved past them (up
-// to two chunks: the current one's rest and the one prepared ahead).
-func finishWAL(f vfs.File) error {
+// finishFileWAL ends a WAL file that takes no more writes before its final
+// sync: a mapped WAL unmaps its chunks and is truncated to the bytes
+// written, so that the fsync writes back no zero-filled space reserved past
+// them (up to two chunks: the current one's rest and the one prepared
+// ahead). See finishWAL.
+func finishFileWAL(f vfs.File) error {
 	if w, ok := f.(*mmapWAL); ok {
 		return w.finish()
 	}

@@ -8,5 +8,5 @@ import "github.com/cairnkv/cairn/lsm/vfs"
 // Linux-only; elsewhere WAL appends use write(2).
 func newWALFile(f vfs.File, o *Options) vfs.File { return f }
 
-// finishWAL does nothing: WALs are written with write(2).
-func finishWAL(f vfs.File) error { return nil }
+// finishFileWAL does nothing: WALs are written with write(2).
+func finishFileWAL(f vfs.File) error { return nil }

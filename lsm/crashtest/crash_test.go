@@ -28,6 +28,9 @@ const (
 	childSeedEnv = "CAIRN_CRASH_SEED"
 	// childMinBlobEnv is the child's MinBlobSize (key-value separation).
 	childMinBlobEnv = "CAIRN_CRASH_MIN_BLOB"
+	// childWALBufferedEnv, when "1", sets Options.WALBufferedWrites
+	// (TestKill9WALBuffered).
+	childWALBufferedEnv = "CAIRN_CRASH_WAL_BUFFERED"
 	// maxChildOps bounds a child that is never killed.
 	maxChildOps = 200000
 )
@@ -51,9 +54,13 @@ func TestMain(m *testing.M) {
 // With CAIRN_CRASH_MIN_BLOB set (TestKill9Blob), values of at least that
 // many bytes are separated into blob files, so kills also land in blob file
 // writes, syncs and deletions.
+//
+// With CAIRN_CRASH_WAL_BUFFERED=1 (TestKill9WALBuffered), the WAL is
+// buffered in memory and written in the background.
 func options() *lsm.Options {
 	minBlob, _ := strconv.Atoi(os.Getenv(childMinBlobEnv))
 	return &lsm.Options{
+		WALBufferedWrites:       walBuffered(),
 		MinBlobSize:             minBlob,
 		BlobTargetFileSizeBytes: 32 << 10,
 		// Blob GC as eagerly as it goes, unthrottled, so that kills land
@@ -143,6 +150,12 @@ func runChild(t *testing.T, dir string, seed uint64, delay time.Duration, atComp
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), childDirEnv+"="+dir, childSeedEnv+"="+strconv.FormatUint(seed, 10))
+	if walBuffered() && seed%2 == 0 {
+		// One P: the WAL's background writer runs only when the
+		// writing goroutine blocks or is preempted, so that kills often
+		// find acknowledged bytes still buffered.
+		cmd.Env = append(cmd.Env, "GOMAXPROCS=1")
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -307,6 +320,45 @@ func TestKill9Blob(t *testing.T) {
 	runKill9(t)
 }
 
+// TestKill9WALBuffered is TestKill9 with Options.WALBufferedWrites, and its
+// weaker guarantee: the recovered state must be the one after the first k
+// acknowledged ops, for a k at least the last synced op's (a Sync write or
+// a Flush: everything before it is durable) and at most every acknowledged
+// op plus the one in flight. A gap (an op lost while a later one survived)
+// or a partial batch matches no k.
+func TestKill9WALBuffered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes; skipped in -short")
+	}
+	t.Setenv(childWALBufferedEnv, "1")
+	runKill9(t)
+}
+
+func walBuffered() bool { return os.Getenv(childWALBufferedEnv) == "1" }
+
+// durable reports whether, once o is acknowledged, every op before it and o
+// itself must survive a crash with Options.WALBufferedWrites.
+func durable(o op) bool { return (o.isWrite() && o.sync) || o.kind == opFlush }
+
+// matchPrefix finds the k in [lo, hi] for which the state after the first
+// k ops of ops, applied to start, is got; it returns -1 if there is none.
+// ops holds at least hi ops.
+func matchPrefix(start model, ops []op, lo, hi int, got map[string][]byte) int {
+	m := start.clone()
+	for i := 0; i < lo; i++ {
+		m.apply(ops[i])
+	}
+	for k := lo; ; k++ {
+		if m.equal(got) {
+			return k
+		}
+		if k == hi {
+			return -1
+		}
+		m.apply(ops[k])
+	}
+}
+
 func runKill9(t *testing.T) {
 	base := *flagSeed
 	if base == 0 {
@@ -317,6 +369,8 @@ func runKill9(t *testing.T) {
 	dir := t.TempDir()
 	m := make(model) // the DB's state, as of the last verified round
 	var acks, inflightApplied, atCompaction, maxBlobFiles int
+	// With a buffered WAL: rounds that lost acknowledged ops, and how many.
+	var lossRounds, lostOps int
 	var gcWritten, relocWritten int64
 	for round := 0; round < *flagRounds; round++ {
 		seed := base + uint64(round)
@@ -361,6 +415,41 @@ func runKill9(t *testing.T) {
 		if err := db.Close(); err != nil {
 			t.Fatalf("round %d: Close: %v", round, err)
 		}
+		if walBuffered() {
+			// ops[i] is op i of the round; ops[lastAck+1] the one in
+			// flight, if any.
+			w := newWorkload(seed)
+			ops := make([]op, res.lastAck+2)
+			lastDurable := -1
+			for i := range ops {
+				ops[i] = w.next()
+				if i <= res.lastAck && durable(ops[i]) {
+					lastDurable = i
+				}
+			}
+			hi := res.lastAck + 1
+			if res.ready && !res.done && ops[hi].isWrite() {
+				hi++
+			}
+			k := matchPrefix(m, ops, lastDurable+1, hi, got)
+			if k < 0 {
+				t.Fatalf("round %d (seed %d): after kill -9 (%s) with %d ops acknowledged, the last durable one op %d, the DB holds no prefix of the ops from the durable one to the last acknowledged (plus the op in flight, %s)\n"+
+					"against the durable state:\n\t%s\nagainst the acknowledged state:\n\t%s\nDB preserved at %s\nchild stderr:\n%s",
+					round, seed, res.killedAt, res.lastAck+1, lastDurable, inflight, matchDiff(m, ops, lastDurable+1, got), acked.diff(got), preserve(t, dir), res.stderr)
+			}
+			if k <= res.lastAck {
+				lossRounds++
+				lostOps += res.lastAck + 1 - k
+			} else if k > res.lastAck+1 {
+				inflightApplied++
+			}
+			m = m.clone()
+			for i := 0; i < k; i++ {
+				m.apply(ops[i])
+			}
+			acks += res.lastAck + 1
+			continue
+		}
 		switch {
 		case acked.diff(got) == "":
 			m = acked
@@ -376,6 +465,9 @@ func runKill9(t *testing.T) {
 	}
 	t.Logf("%d rounds (%d killed at a compaction), %d ops acknowledged, in-flight op recovered %d times; %d keys at the end",
 		*flagRounds, atCompaction, acks, inflightApplied, len(m))
+	if walBuffered() {
+		t.Logf("buffered WAL: %d rounds lost acknowledged unsynced ops (%d ops in all)", lossRounds, lostOps)
+	}
 	if acks == 0 {
 		t.Fatal("no child acknowledged any op: the test checked nothing")
 	}
@@ -391,4 +483,14 @@ func runKill9(t *testing.T) {
 			t.Fatal("no child's compactions relocated blob records: kills never hit it")
 		}
 	}
+}
+
+// matchDiff describes how got differs from the state after the first lo
+// ops of ops applied to start (matchPrefix found no match).
+func matchDiff(start model, ops []op, lo int, got map[string][]byte) string {
+	m := start.clone()
+	for i := 0; i < lo; i++ {
+		m.apply(ops[i])
+	}
+	return m.diff(got)
 }

@@ -29,6 +29,15 @@
 // value found after a crash names its origin. On failure the DB directory
 // is copied somewhere that outlives the test and its path printed.
 //
+// TestKill9WALBuffered runs the same rounds with Options.WALBufferedWrites
+// and checks its weaker guarantee: the recovered state must be the one
+// after the first k ops for some k from the last durable op (a Sync write
+// or a Flush, acknowledged) to the last acknowledged one plus the op in
+// flight: a prefix, never a gap, never a partial batch. Children of even
+// seeds run with GOMAXPROCS=1, so that the WAL's background writer lags
+// and kills find acknowledged bytes still in memory; the test logs how
+// many rounds lost acknowledged ops.
+//
 // Flags: -rounds N (default 20), -seed N (the base seed; round r uses
 // seed+r). Kill timing is not reproducible, so a seed replays the
 // workloads but not necessarily the failure; the preserved directory is

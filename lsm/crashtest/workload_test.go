@@ -219,6 +219,19 @@ func (m model) apply(o op) {
 	}
 }
 
+// equal reports whether the engine's contents got are m.
+func (m model) equal(got map[string][]byte) bool {
+	if len(m) != len(got) {
+		return false
+	}
+	for k, v := range got {
+		if want, ok := m[k]; !ok || !bytes.Equal(want, v) {
+			return false
+		}
+	}
+	return true
+}
+
 // diff describes how the engine's contents got differ from m ("" if they
 // do not), listing a few differences.
 func (m model) diff(got map[string][]byte) string {

@@ -20,6 +20,7 @@ func openCairn(dir string, cfg Config) (Engine, []string, error) {
 		DisableWALMmap:    cfg.CairnDisableWALMmap,
 
 		MaxConcurrentCompactions: cfg.CairnMaxConcurrentCompactions,
+		WALBufferedWrites:        cfg.CairnWALBuffered,
 	}
 	settings := []string{
 		fmt.Sprintf("CacheSizeBytes=%d", o.CacheSizeBytes),
@@ -28,6 +29,7 @@ func openCairn(dir string, cfg Config) (Engine, []string, error) {
 		"Compression=snappy", "WAL=on", "sync=per write (WriteOptions.Sync) in fillsync only",
 		fmt.Sprintf("DisableWALMmap=%v", o.DisableWALMmap),
 		fmt.Sprintf("MaxConcurrentCompactions=%d (0: default)", o.MaxConcurrentCompactions),
+		fmt.Sprintf("WALBufferedWrites=%v", o.WALBufferedWrites),
 		"Compact=DB.Compact(nil, nil) (flush, then every level down to the bottom)",
 		"Get=DB.GetFunc (a view of the value, touched, not copied)",
 	}

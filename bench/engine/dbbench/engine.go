@@ -66,6 +66,10 @@ type Config struct {
 	// CairnMaxConcurrentCompactions sets cairn's
 	// lsm.Options.MaxConcurrentCompactions (0: the engine's default).
 	CairnMaxConcurrentCompactions int
+	// CairnWALBuffered sets cairn's lsm.Options.WALBufferedWrites (the
+	// WAL buffered in memory and written by a goroutine: the weaker
+	// guarantee Pebble's WAL gives an unsynced write).
+	CairnWALBuffered bool
 }
 
 // DefaultConfig is the equal footing of the comparison: 64 MiB block

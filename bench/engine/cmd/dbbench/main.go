@@ -51,6 +51,7 @@ func main() {
 	profBench := flag.String("profile-benchmark", "readrandom", "benchmark name(s) to profile, comma-separated (a name after compact ends in @compacted)")
 	flag.BoolVar(&def.CairnDisableWALMmap, "cairn-disable-wal-mmap", false, "cairn lsm.Options.DisableWALMmap: WAL appends by write(2)")
 	flag.IntVar(&def.CairnMaxConcurrentCompactions, "cairn-max-concurrent-compactions", 0, "cairn lsm.Options.MaxConcurrentCompactions (0: engine default)")
+	flag.BoolVar(&def.CairnWALBuffered, "cairn-wal-buffered", false, "cairn lsm.Options.WALBufferedWrites: the WAL buffered in memory and written by a goroutine (an acknowledged NoSync write may be lost in a process kill, as with Pebble)")
 	flag.Parse()
 
 	if *seed == 0 {
