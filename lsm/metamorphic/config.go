@@ -18,10 +18,10 @@ type Config struct {
 
 func (c Config) String() string {
 	o := c.Opts
-	return fmt.Sprintf("%s{memtable=%d blocks=%d restart=%d L0trigger=%d targetFile=%d lbase=%d mult=%d concurrentCompactions=%d compression=%v filterBits=%v memBloomBits=%v cache=%d walRecovery=%d walSyncRecord=%d disableWAL=%v minBlob=%d blobCompression=%v blobFile=%d blobCache=%d}",
+	return fmt.Sprintf("%s{memtable=%d blocks=%d restart=%d L0trigger=%d targetFile=%d lbase=%d mult=%d concurrentCompactions=%d compression=%v filterBits=%v memBloomBits=%v cache=%d walRecovery=%d walSyncRecord=%d disableWAL=%v walBuffered=%v minBlob=%d blobCompression=%v blobFile=%d blobCache=%d}",
 		c.Name, o.MemTableSizeBytes, o.BlockSizeBytes, o.BlockRestartInterval, o.L0CompactionThreshold,
 		o.TargetFileSizeBytes, o.LBaseMaxBytes, o.LevelMultiplier, o.MaxConcurrentCompactions, o.Compression, o.FilterBitsPerKey,
-		o.MemtableBloomBitsPerKey, o.CacheSizeBytes, o.WALRecovery, o.WALSyncRecordBytes, o.DisableWAL,
+		o.MemtableBloomBitsPerKey, o.CacheSizeBytes, o.WALRecovery, o.WALSyncRecordBytes, o.DisableWAL, o.WALBufferedWrites,
 		o.MinBlobSize, o.BlobCompression, o.BlobTargetFileSizeBytes, o.BlobCacheSizeBytes)
 }
 
@@ -48,6 +48,9 @@ func (c Config) String() string {
 //     evicts, tiny memtables and files; 1–4 concurrent compactions.
 //   - blob4k: separation of values from 4 KiB (the large ones only),
 //     uncompressed blob files.
+//
+// zstd, snappy and blob64 also draw WALBufferedWrites (the WAL buffered
+// and written by a goroutine), whose crashes must keep a prefix too.
 func Configs(seed uint64) []Config {
 	rng := rand.New(rand.NewPCG(seed, 0x636f6e666967))
 	tinyBlock := 64 + rng.IntN(193)
@@ -118,6 +121,10 @@ func Configs(seed uint64) []Config {
 	// before this one existed.
 	for _, i := range []int{1, 6} { // tiny, blob64
 		cs[i].Opts.MaxConcurrentCompactions = 1 + rng.IntN(4)
+	}
+	// Drawn after the above, for the same reason.
+	for _, i := range []int{3, 4, 6} { // zstd, snappy, blob64
+		cs[i].Opts.WALBufferedWrites = rng.IntN(2) == 1
 	}
 	return cs
 }
