@@ -686,3 +686,56 @@ func TestConcurrentReaders(t *testing.T) {
 		}
 	}
 }
+
+// TestIterPinsBlock reads other keys through a tiny cache between every
+// step of an iterator, evicting every block and reusing its memory many
+// times over: the iterator's current key and value must stay intact until
+// its next positioning call, because it holds its block's handle.
+func TestIterPinsBlock(t *testing.T) {
+	rng := rand.New(rand.NewPCG(30, 31))
+	spec := randomSpec(rng, 2000, 2, false)
+	data, _ := writeTable(t, spec, WriterOptions{BlockSize: 512, Compression: SnappyCompression, FilterBitsPerKey: 10})
+	c := cache.New(16 << 10) // A few blocks.
+	checkCacheClosed(t, c)
+	r, err := NewReader(&bytesFile{data: data}, ReaderOptions{Cache: c, CacheID: c.NewID(), FileNum: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	churn := func() {
+		for i := 0; i < 20; i++ {
+			p := spec.points[rng.IntN(len(spec.points))]
+			if _, _, _, found, err := getCopy(r, base.UserKey(p.key), base.SeqNumMax, hashOf(base.UserKey(p.key))); !found || err != nil {
+				t.Fatalf("churn Get: %v %v", found, err)
+			}
+		}
+	}
+	it := r.NewIter()
+	defer it.Close()
+	i := 0
+	for it.First(); it.Valid(); it.Next() {
+		k, v := it.Key(), it.Value() // Views, valid until Next.
+		churn()
+		if !bytes.Equal(k, spec.points[i].key) || !bytes.Equal(v, spec.points[i].value) {
+			t.Fatalf("entry %d changed under the iterator", i)
+		}
+		i++
+	}
+	if err := it.Error(); err != nil || i != len(spec.points) {
+		t.Fatalf("%d entries, %v", i, err)
+	}
+	// Point lookups: the value is intact until its handle's release.
+	for q := 0; q < 200; q++ {
+		p := spec.points[rng.IntN(len(spec.points))]
+		want, _ := modelGet(spec.points, base.UserKey(p.key), base.SeqNumMax)
+		v, _, _, found, rel, err := r.Get(base.UserKey(p.key), base.SeqNumMax, hashOf(base.UserKey(p.key)))
+		if err != nil || !found {
+			t.Fatal(found, err)
+		}
+		churn()
+		if !bytes.Equal(v, want.value) {
+			t.Fatalf("Get's value changed before its release")
+		}
+		rel.Release()
+	}
+}
