@@ -19,7 +19,8 @@ import (
 // ReaderOptions configure a Reader.
 type ReaderOptions struct {
 	// Cache holds the table's data blocks under (CacheID, FileNum,
-	// offset). Nil reads every data block from the file.
+	// offset). Nil reads every data block from the file, onto the Go
+	// heap.
 	Cache *cache.Cache
 	// CacheID is the cache user id (cache.Cache.NewID) of the DB that owns
 	// the table.
