@@ -396,7 +396,9 @@ func (e *LeakError) Error() string {
 }
 
 // Metrics returns the cache's size and counters. Shards are read one at a
-// time, so under concurrent use the sums are not one atomic snapshot.
+// time, so under concurrent use the sums are not one atomic snapshot. It
+// walks every cached entry (for Pinned): O(blocks), for monitoring, not
+// for a hot path.
 func (c *Cache) Metrics() Metrics {
 	if c == nil {
 		return Metrics{}
