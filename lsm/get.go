@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 
+	"github.com/cairnkv/cairn/lsm/cache"
 	"github.com/cairnkv/cairn/lsm/filter"
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/version"
@@ -95,10 +96,10 @@ func (d *DB) getAccess(key []byte, snap base.SeqNum, resolve getResolver, acc *t
 		if !fileHoldsUserKey(f, key) {
 			continue
 		}
-		if val, kind, seq, ok, err := d.tableGet(f, key, snap, h, acc, 0); err != nil {
+		if val, kind, seq, ok, rel, err := d.tableGet(f, key, snap, h, acc, 0); err != nil {
 			return nil, err
 		} else if ok {
-			return resolve(rs, key, val, kind, seq, tombSeq)
+			return resolvePinned(resolve, rel, rs, key, val, kind, seq, tombSeq)
 		}
 	}
 	for level := 1; level < version.NumLevels; level++ {
@@ -106,10 +107,10 @@ func (d *DB) getAccess(key []byte, snap base.SeqNum, resolve getResolver, acc *t
 		if f == nil {
 			continue
 		}
-		if val, kind, seq, ok, err := d.tableGet(f, key, snap, h, acc, level); err != nil {
+		if val, kind, seq, ok, rel, err := d.tableGet(f, key, snap, h, acc, level); err != nil {
 			return nil, err
 		} else if ok {
-			return resolve(rs, key, val, kind, seq, tombSeq)
+			return resolvePinned(resolve, rel, rs, key, val, kind, seq, tombSeq)
 		}
 	}
 	return nil, ErrNotFound
@@ -182,25 +183,35 @@ func (d *DB) resolveGetAccess(rs *readState, key, v []byte, kind base.Kind, seq,
 	return nil, base.CorruptionErrorf("entry of kind %s where a value was expected", kind)
 }
 
-// tableGet looks key up in one table, at level, tracing as acc's.
-func (d *DB) tableGet(f *version.FileMetadata, key []byte, snap base.SeqNum, h uint64, acc *trace.Access, level int) ([]byte, base.Kind, base.SeqNum, bool, error) {
+// tableGet looks key up in one table, at level, tracing as acc's. The value
+// is a view of a block that rel pins until rel.Release (see
+// resolvePinned); rel is empty when ok is false.
+func (d *DB) tableGet(f *version.FileMetadata, key []byte, snap base.SeqNum, h uint64, acc *trace.Access, level int) (v []byte, kind base.Kind, seq base.SeqNum, ok bool, rel cache.Handle, err error) {
 	r, err := d.tables.get(f)
 	if err != nil {
-		return nil, 0, 0, false, err
+		return nil, 0, 0, false, cache.Handle{}, err
 	}
 	d.tableFilter.checked.Add(1)
 	if !r.MayContain(h) {
 		d.tableFilter.useful.Add(1)
-		return nil, 0, 0, false, nil
+		return nil, 0, 0, false, cache.Handle{}, nil
 	}
 	if acc != nil {
 		acc.Level = int32(level)
 	}
-	v, kind, seq, ok, err := r.GetUnfilteredTraced(key, snap, acc)
+	v, kind, seq, ok, rel, err = r.GetUnfilteredTraced(key, snap, acc)
 	if err != nil {
-		return nil, 0, 0, false, fmt.Errorf("lsm: table %s: %w", f.FileNum, err)
+		return nil, 0, 0, false, cache.Handle{}, fmt.Errorf("lsm: table %s: %w", f.FileNum, err)
 	}
-	return v, kind, seq, ok, nil
+	return v, kind, seq, ok, rel, nil
+}
+
+// resolvePinned is resolve of a table's entry whose value rel pins: the
+// block is released once resolve has copied or used the value (GetFunc's
+// callback runs inside resolve), panic or not.
+func resolvePinned(resolve getResolver, rel cache.Handle, rs *readState, key, v []byte, kind base.Kind, seq, tombSeq base.SeqNum) ([]byte, error) {
+	defer rel.Release()
+	return resolve(rs, key, v, kind, seq, tombSeq)
 }
 
 // fileHoldsUserKey reports whether ukey lies within f's bounds. A largest

@@ -55,6 +55,7 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 	}
 	d.cacheID = d.cache.NewID()
 	d.tables = newTableCache(fs, dirname, d.cache, d.cacheID)
+	d.tables.ownCache = o.Cache == nil
 	d.tables.tracer = &d.tracer
 	d.initBlobStore()
 	d.mu.bgCond.L = &d.mu.Mutex

@@ -90,7 +90,10 @@ type Options struct {
 	// vfs.Default (the operating system's).
 	FS vfs.FS
 	// Cache is the block cache, which several DBs may share. Default: a
-	// new cache of CacheSizeBytes.
+	// new cache of CacheSizeBytes, which the DB closes when it closes. A
+	// cache given here stays its creator's: the DB only drops its own
+	// blocks from it at Close, and the creator calls Cache.Close (which
+	// unmaps its off-heap memory) once every DB using it is closed.
 	Cache *cache.Cache
 	// CacheSizeBytes sizes the block cache made when Cache is nil.
 	// Default 64 MiB.

@@ -25,7 +25,11 @@ type tableCache struct {
 	dirname string
 	cache   *cache.Cache
 	cacheID uint64
-	tables  sync.Map // base.FileNum → *tableEntry
+	// ownCache is set when the DB made the cache (Options.Cache nil):
+	// close then closes it. A cache given in Options is its creator's to
+	// close; close only evicts this DB's blocks from it.
+	ownCache bool
+	tables   sync.Map // base.FileNum → *tableEntry
 	// tracer, if set, is told of the blocks a table pins at open.
 	tracer *trace.Tracer
 }
@@ -89,12 +93,20 @@ func (tc *tableCache) evict(n base.FileNum) error {
 	return err
 }
 
-// close closes every open table.
+// close closes every open table, then the block cache if the DB owns it
+// (which fails, a *cache.LeakError, if a block handle is still out: an
+// iterator left open, a leak) or else drops the DB's blocks from the
+// shared cache.
 func (tc *tableCache) close() error {
 	var errs []error
 	tc.tables.Range(func(k, _ any) bool {
 		errs = append(errs, tc.evict(k.(base.FileNum)))
 		return true
 	})
+	if tc.ownCache {
+		errs = append(errs, tc.cache.Close())
+	} else {
+		tc.cache.EvictAll(tc.cacheID)
+	}
 	return errors.Join(errs...)
 }

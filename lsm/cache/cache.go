@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"fmt"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -41,9 +42,17 @@ type fileKey struct {
 // entry is one cached block. It sits on two intrusive circular lists: the
 // shard's LRU list and the list of its file's entries.
 type entry struct {
-	key    key
-	block  []byte
+	key key
+	// buf holds the block (buf.b); a is the allocator it came from.
+	buf    *buffer
+	a      *allocator
 	charge int64
+	// refs counts the cache's reference (one, while the entry is in its
+	// shard) and every Handle's. buf is freed when it drops to zero.
+	// Invariant: an entry in a shard has refs >= 1, and a reference is
+	// only taken on an entry found in its shard with the shard's mu held,
+	// so a count never rises from zero: freed memory is never handed out.
+	refs atomic.Int32
 	// LRU list links; the shard's lru sentinel closes the ring.
 	prev, next *entry
 	// Links of the file's ring; the shard's files map points at one member.
@@ -71,13 +80,16 @@ type shard struct {
 	_ [64]byte
 }
 
-// Cache is a sharded LRU block cache. It is safe for concurrent use.
+// Cache is a sharded LRU block cache whose blocks live off the Go heap,
+// reference counted (see doc.go). It is safe for concurrent use.
 type Cache struct {
 	shards []shard
 	// shift is 64 - log2(len(shards)): a key's shard is mix(key) >> shift.
 	shift    uint
 	capacity int64
 	nextID   atomic.Uint64
+	// alloc holds the blocks' memory, off the Go heap.
+	alloc *allocator
 }
 
 // Metrics describe a cache at one moment.
@@ -90,6 +102,16 @@ type Metrics struct {
 	Count int64
 	// Hits and Misses count Get calls since New.
 	Hits, Misses int64
+	// MappedBytes is the memory the cache holds from the operating system
+	// (off the Go heap); LiveBytes the part of it holding blocks, cached
+	// or pinned by handles after their eviction; Buffers counts those
+	// blocks.
+	MappedBytes, LiveBytes, Buffers int64
+	// Pinned counts the references handles hold on cached blocks, plus
+	// the blocks outside the cache still held (by handles after their
+	// eviction, or as Buffers not yet inserted), each once. It is zero
+	// if and only if no Handle or Buffer is outstanding.
+	Pinned int64
 }
 
 // New returns a cache holding at most capacityBytes bytes of blocks (each
@@ -116,6 +138,7 @@ func newWithShards(capacityBytes int64, n int) *Cache {
 		shards:   make([]shard, n),
 		shift:    uint(64 - bits.TrailingZeros(uint(n))),
 		capacity: capacityBytes,
+		alloc:    newAllocator(),
 	}
 	// Each shard gets an equal part; the parts add up to at most capacity.
 	per := capacityBytes / int64(n)
@@ -151,11 +174,80 @@ func (c *Cache) shardFor(k key) *shard {
 	return &c.shards[h>>c.shift]
 }
 
-// Get returns the block cached under (id, fileNum, offset). The block must not
-// be modified. A hit does not allocate.
-func (c *Cache) Get(id uint64, fileNum base.FileNum, offset uint64) ([]byte, bool) {
+// Handle is a reference to a block: Value is valid until Release, which the
+// holder calls exactly once. The block's memory is off the Go heap and is
+// reused after the last reference goes (the cache's, dropped when it
+// evicts the block, or a Handle's), so a view of it must not outlive the
+// Handle. A zero Handle is empty; a Handle of a block that is not in a
+// cache's memory (Unmanaged) has nothing to release.
+type Handle struct {
+	e *entry
+	b []byte
+}
+
+// Unmanaged returns a Handle on b, memory the Go heap owns (a block read
+// with no cache). Release does nothing.
+func Unmanaged(b []byte) Handle { return Handle{b: b} }
+
+// Value returns the block, a view valid until Release. It must not be
+// modified.
+func (h Handle) Value() []byte { return h.b }
+
+// Release drops the handle's reference. Call it exactly once per Handle
+// (copies included); releasing a zero Handle does nothing.
+func (h Handle) Release() {
+	if h.e != nil {
+		h.e.release()
+	}
+}
+
+// release drops one reference to e and frees its block with the last.
+func (e *entry) release() {
+	switch n := e.refs.Add(-1); {
+	case n == 0:
+		e.a.free(e.buf)
+	case n < 0:
+		panic("cache: block released more often than referenced") // a broken invariant, not disk bytes
+	}
+}
+
+// Buffer is memory for a block read on a miss, before Insert takes it:
+// off the Go heap for a cache, on it for a nil cache. A zero Buffer is
+// empty.
+type Buffer struct {
+	buf *buffer
+	b   []byte
+}
+
+// Bytes returns the buffer's memory: len is the size asked of Alloc.
+func (b Buffer) Bytes() []byte { return b.b }
+
+// Alloc returns a buffer of n > 0 bytes. The caller fills it and passes it
+// to Insert, or to Free. A nil cache returns memory of the Go heap.
+func (c *Cache) Alloc(n int) (Buffer, error) {
 	if c == nil {
-		return nil, false
+		b := make([]byte, n)
+		return Buffer{b: b}, nil
+	}
+	buf, err := c.alloc.alloc(n)
+	if err != nil {
+		return Buffer{}, err
+	}
+	return Buffer{buf: buf, b: buf.b}, nil
+}
+
+// Free returns a buffer that will not be inserted.
+func (c *Cache) Free(b Buffer) {
+	if b.buf != nil {
+		c.alloc.free(b.buf)
+	}
+}
+
+// Get returns a handle on the block cached under (id, fileNum, offset). The
+// block must not be modified. A hit does not allocate.
+func (c *Cache) Get(id uint64, fileNum base.FileNum, offset uint64) (Handle, bool) {
+	if c == nil {
+		return Handle{}, false
 	}
 	k := key{id: id, fileNum: uint64(fileNum), offset: offset}
 	s := c.shardFor(k)
@@ -164,38 +256,46 @@ func (c *Cache) Get(id uint64, fileNum base.FileNum, offset uint64) ([]byte, boo
 	if e == nil {
 		s.misses++
 		s.mu.Unlock()
-		return nil, false
+		return Handle{}, false
 	}
 	s.hits++
+	e.refs.Add(1) // e is in the shard: refs >= 1 (see entry.refs)
 	s.moveToFrontLocked(e)
-	b := e.block
 	s.mu.Unlock()
-	return b, true
+	return Handle{e: e, b: e.buf.b}, true
 }
 
-// Set caches block under (id, fileNum, offset), replacing any block cached
-// there, and evicts least recently used blocks of the same shard to stay
-// within capacity. The cache keeps block as given: the caller must not modify
-// it afterwards. A block whose charge exceeds a shard's capacity is not
-// cached.
-func (c *Cache) Set(id uint64, fileNum base.FileNum, offset uint64, block []byte) {
-	if c == nil {
-		return
+// Insert takes ownership of b, which holds the block of (id, fileNum,
+// offset), caches it, evicting least recently used blocks of the same shard
+// to stay within capacity, and returns a handle on it. If the key is cached
+// already (a concurrent miss read the same block first), b is freed and
+// the cached block returned: a table's blocks never change. A block whose
+// charge (cap(b.Bytes()) + EntryOverhead) exceeds a shard's capacity is not
+// cached; its handle works the same and frees it on Release. The caller
+// must not modify the block afterwards.
+func (c *Cache) Insert(id uint64, fileNum base.FileNum, offset uint64, b Buffer) Handle {
+	if b.buf == nil {
+		return Handle{b: b.b} // The Go heap's (a nil cache).
 	}
 	k := key{id: id, fileNum: uint64(fileNum), offset: offset}
-	charge := int64(cap(block)) + EntryOverhead
+	e := &entry{key: k, buf: b.buf, a: c.alloc, charge: int64(cap(b.buf.b)) + EntryOverhead}
 	s := c.shardFor(k)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e := s.entries[k]; e != nil {
-		s.removeLocked(e)
+	if old := s.entries[k]; old != nil {
+		old.refs.Add(1)
+		s.moveToFrontLocked(old)
+		s.mu.Unlock()
+		c.alloc.free(b.buf)
+		return Handle{e: old, b: old.buf.b}
 	}
-	if charge > s.capacity {
-		return
+	if e.charge > s.capacity {
+		s.mu.Unlock()
+		e.refs.Store(1) // The handle's only.
+		return Handle{e: e, b: e.buf.b}
 	}
-	e := &entry{key: k, block: block, charge: charge}
+	e.refs.Store(2) // The cache's and the handle's.
 	s.entries[k] = e
-	s.size += charge
+	s.size += e.charge
 	s.pushFrontLocked(e)
 	fk := fileKey{id: id, fileNum: uint64(fileNum)}
 	if head := s.files[fk]; head != nil {
@@ -206,13 +306,22 @@ func (c *Cache) Set(id uint64, fileNum base.FileNum, offset uint64, block []byte
 		e.filePrev, e.fileNext = e, e
 		s.files[fk] = e
 	}
+	var stack [8]*entry
+	victims := stack[:0]
 	for s.size > s.capacity {
-		s.removeLocked(s.lru.prev)
+		x := s.lru.prev
+		s.removeLocked(x)
+		victims = append(victims, x)
 	}
+	s.mu.Unlock()
+	for _, x := range victims {
+		x.release()
+	}
+	return Handle{e: e, b: e.buf.b}
 }
 
-// EvictFile drops every block of (id, fileNum). Readers still holding one of
-// them keep a valid slice.
+// EvictFile drops every block of (id, fileNum). Handles still out keep
+// their block until they are released.
 func (c *Cache) EvictFile(id uint64, fileNum base.FileNum) {
 	if c == nil {
 		return
@@ -220,16 +329,76 @@ func (c *Cache) EvictFile(id uint64, fileNum base.FileNum) {
 	fk := fileKey{id: id, fileNum: uint64(fileNum)}
 	for i := range c.shards {
 		s := &c.shards[i]
+		var victims []*entry
 		s.mu.Lock()
 		for e := s.files[fk]; e != nil; e = s.files[fk] {
 			s.removeLocked(e)
+			victims = append(victims, e)
 		}
 		s.mu.Unlock()
+		for _, x := range victims {
+			x.release()
+		}
 	}
 }
 
+// EvictAll drops every block of id, all (id 0) blocks: a DB that shares
+// the cache calls it when it closes. Handles still out keep their block
+// until they are released.
+func (c *Cache) EvictAll(id uint64) {
+	if c == nil {
+		return
+	}
+	for i := range c.shards {
+		s := &c.shards[i]
+		var victims []*entry
+		s.mu.Lock()
+		for e := s.lru.next; e != &s.lru; {
+			next := e.next
+			if id == 0 || e.key.id == id {
+				s.removeLocked(e)
+				victims = append(victims, e)
+			}
+			e = next
+		}
+		s.mu.Unlock()
+		for _, x := range victims {
+			x.release()
+		}
+	}
+}
+
+// Close empties the cache and unmaps its memory. Only the cache's creator
+// calls it, once every user (every DB given it as Options.Cache) is
+// closed. It fails with a *LeakError, unmapping nothing, if a Handle or a
+// Buffer is still outstanding: unmapping memory a reader still views would
+// turn a leak into a crash. After Close every Get misses and Alloc fails.
+func (c *Cache) Close() error {
+	if c == nil {
+		return nil
+	}
+	c.EvictAll(0)
+	if err := c.alloc.close(); err != nil {
+		return fmt.Errorf("cache: closing the block cache: %w", err)
+	}
+	return nil
+}
+
+// LeakError reports the blocks still referenced when a cache is closed.
+type LeakError struct {
+	// Buffers is the number of blocks still referenced, Bytes their
+	// memory.
+	Buffers, Bytes int64
+}
+
+func (e *LeakError) Error() string {
+	return fmt.Sprintf("%d blocks (%d bytes) still referenced: leaked handles", e.Buffers, e.Bytes)
+}
+
 // Metrics returns the cache's size and counters. Shards are read one at a
-// time, so under concurrent use the sums are not one atomic snapshot.
+// time, so under concurrent use the sums are not one atomic snapshot. It
+// walks every cached entry (for Pinned): O(blocks), for monitoring, not
+// for a hot path.
 func (c *Cache) Metrics() Metrics {
 	if c == nil {
 		return Metrics{}
@@ -242,8 +411,15 @@ func (c *Cache) Metrics() Metrics {
 		m.Count += int64(len(s.entries))
 		m.Hits += s.hits
 		m.Misses += s.misses
+		for e := s.lru.next; e != &s.lru; e = e.next {
+			m.Pinned += int64(e.refs.Load() - 1)
+		}
 		s.mu.Unlock()
 	}
+	st := c.alloc.stats()
+	m.MappedBytes, m.LiveBytes, m.Buffers = st.mappedBytes, st.liveBytes, st.outstanding
+	// Buffers not in the cache are held by handles (or not yet inserted).
+	m.Pinned += m.Buffers - m.Count
 	return m
 }
 

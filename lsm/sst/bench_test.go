@@ -34,14 +34,17 @@ func BenchmarkGetHit(b *testing.B) {
 			hashes := make([]uint64, len(ukeys))
 			for i, k := range ukeys {
 				hashes[i] = hashOf(k)
-				r.Get(k, base.SeqNumMax, hashes[i]) // Warm the cache.
+				_, _, _, _, rel, _ := r.Get(k, base.SeqNumMax, hashes[i]) // Warm the cache.
+				rel.Release()
 			}
 			rng := rand.New(rand.NewPCG(1, 1))
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
 				i := rng.IntN(len(ukeys))
-				if _, _, _, found, err := r.Get(ukeys[i], base.SeqNumMax, hashes[i]); !found || err != nil {
+				_, _, _, found, rel, err := r.Get(ukeys[i], base.SeqNumMax, hashes[i])
+				rel.Release()
+				if !found || err != nil {
 					b.Fatal("miss")
 				}
 			}
@@ -62,7 +65,7 @@ func BenchmarkGetMiss(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		j := i % len(absent)
-		if _, _, _, found, err := r.Get(absent[j], base.SeqNumMax, hashes[j]); found || err != nil {
+		if _, _, _, found, _, err := r.Get(absent[j], base.SeqNumMax, hashes[j]); found || err != nil {
 			b.Fatal("found an absent key")
 		}
 	}

@@ -53,6 +53,7 @@ func exerciseTable(t testing.TB, data []byte, spec tableSpec, want Properties) (
 	}
 	// A fresh cache: blocks of the intact table must not leak in.
 	c := cache.New(1 << 20)
+	checkCacheClosed(t, c)
 	r, err := NewReader(&bytesFile{data: data}, ReaderOptions{Cache: c, CacheID: c.NewID(), FileNum: 1})
 	if check("NewReader", err) {
 		return true
@@ -71,7 +72,7 @@ func exerciseTable(t testing.TB, data []byte, spec tableSpec, want Properties) (
 	for i := 0; i < len(spec.points); i += 3 {
 		ukey := base.UserKey(spec.points[i].key)
 		for _, snap := range []base.SeqNum{base.SeqNumMax, 50} {
-			val, kind, seq, found, err := r.Get(ukey, snap, hashOf(ukey))
+			val, kind, seq, found, err := getCopy(r, ukey, snap, hashOf(ukey))
 			if check("Get", err) {
 				continue
 			}
@@ -81,7 +82,7 @@ func exerciseTable(t testing.TB, data []byte, spec tableSpec, want Properties) (
 			}
 		}
 		absent := append(slices.Clone(ukey), '+')
-		if _, _, _, found, err := r.Get(absent, base.SeqNumMax, hashOf(absent)); !check("Get absent", err) && found {
+		if _, _, _, found, err := getCopy(r, absent, base.SeqNumMax, hashOf(absent)); !check("Get absent", err) && found {
 			t.Fatalf("Get(%q) found an absent key", absent)
 		}
 	}
@@ -282,7 +283,7 @@ func exerciseStructure(t *testing.T, data []byte, spec tableSpec) (failed bool) 
 	it.Close()
 	for _, p := range spec.points {
 		uk := base.UserKey(p.key)
-		_, _, _, _, err := r.Get(uk, base.SeqNumMax, hashOf(uk))
+		_, _, _, _, err := getCopy(r, uk, base.SeqNumMax, hashOf(uk))
 		check(err)
 	}
 	return failed

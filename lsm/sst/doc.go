@@ -123,9 +123,20 @@
 // filter and range-deletion blocks; these are PINNED in the Reader's memory
 // for its lifetime and never go through the block cache. Data blocks are
 // read on demand through the block cache (lsm/cache), keyed by (cache id,
-// file number, block offset): on a miss the block is read, its CRC checked,
-// decompressed and verified, then inserted; the cache holds the decompressed
-// contents.
+// file number, block offset): on a miss the block is read into a pooled
+// scratch buffer, its CRC checked, decompressed (or copied) into a buffer
+// of the cache's off-heap memory and verified, then inserted; the cache
+// holds the decompressed contents.
+//
+// A cached block is reference counted (cache.Handle) and its memory is
+// reused once the last reference goes, so every view of a data block is
+// tied to a handle: a table iterator holds the handle of its current block
+// until it moves to another block or closes (its keys and values are valid
+// until its next positioning call, as base.InternalIterator says, and no
+// longer), and Get returns the handle with the value for the caller to
+// release once it has copied or used it. A Reader with no cache (a
+// compaction's private reader) reads blocks onto the Go heap behind
+// cache.Unmanaged handles that the garbage collector frees.
 //
 // Every block read from the file is verified whole before use
 // (verifyBlock): checksum, restart array, entry bounds, restart points on

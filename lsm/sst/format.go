@@ -216,34 +216,68 @@ func compressBlock(dst, raw []byte, c Compression) (out []byte, ok bool) {
 // decompressBlock decodes the contents of a block stored with compression
 // type typ into a new slice.
 func decompressBlock(typ byte, contents []byte) ([]byte, error) {
+	rawLen, src, err := decompressedLen(typ, contents)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, rawLen)
+	if err := decompressInto(typ, src, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// decompressedLen returns the uncompressed length of the contents of a
+// block stored with compression type typ, and the codec's input. It checks
+// the codec's own length header before the caller allocates, so that a
+// damaged length cannot make it allocate more than the codec will write.
+func decompressedLen(typ byte, contents []byte) (int, []byte, error) {
 	rawLen, n := binary.Uvarint(contents)
 	if n <= 0 || rawLen > maxBlockLen {
-		return nil, base.CorruptionErrorf("sst: bad uncompressed length of a %s block", Compression(typ))
+		return 0, nil, base.CorruptionErrorf("sst: bad uncompressed length of a %s block", Compression(typ))
 	}
 	src := contents[n:]
-	// Check the codec's own length header before allocating, so that a
-	// damaged length cannot make us allocate more than the codec will
-	// write.
 	switch Compression(typ) {
 	case SnappyCompression:
 		if l, err := snappy.DecodedLen(src); err != nil || uint64(l) != rawLen {
-			return nil, base.CorruptionErrorf("sst: snappy block length mismatch")
+			return 0, nil, base.CorruptionErrorf("sst: snappy block length mismatch")
 		}
-		out, err := snappy.Decode(make([]byte, rawLen), src)
-		if err != nil || uint64(len(out)) != rawLen {
-			return nil, base.CorruptionErrorf("sst: snappy decode: %v", err)
-		}
-		return out, nil
 	case ZstdCompression:
 		var hdr zstd.Header
 		if err := hdr.Decode(src); err != nil || (hdr.HasFCS && hdr.FrameContentSize != rawLen) {
-			return nil, base.CorruptionErrorf("sst: zstd block length mismatch")
+			return 0, nil, base.CorruptionErrorf("sst: zstd block length mismatch")
 		}
-		out, err := zstdDecoder().DecodeAll(src, make([]byte, 0, rawLen))
-		if err != nil || uint64(len(out)) != rawLen {
-			return nil, base.CorruptionErrorf("sst: zstd decode: %v", err)
-		}
-		return out, nil
+	default:
+		return 0, nil, base.CorruptionErrorf("sst: unknown block compression type %d", typ)
 	}
-	return nil, base.CorruptionErrorf("sst: unknown block compression type %d", typ)
+	return int(rawLen), src, nil
+}
+
+// decompressInto decodes src, the codec input decompressedLen returned,
+// into dst, whose length is the uncompressed length. An output of another
+// length is corruption.
+func decompressInto(typ byte, src, dst []byte) error {
+	switch Compression(typ) {
+	case SnappyCompression:
+		out, err := snappy.Decode(dst, src)
+		if err != nil || len(out) != len(dst) {
+			return base.CorruptionErrorf("sst: snappy decode: %v", err)
+		}
+		if len(out) > 0 && &out[0] != &dst[0] {
+			return base.CorruptionErrorf("sst: snappy decoded past the block's length")
+		}
+		return nil
+	case ZstdCompression:
+		out, err := zstdDecoder().DecodeAll(src, dst[:0:len(dst)])
+		if err != nil || len(out) != len(dst) {
+			return base.CorruptionErrorf("sst: zstd decode: %v", err)
+		}
+		if len(out) > 0 && &out[0] != &dst[0] {
+			// Cannot happen with len(out) == cap(dst): the decoder
+			// appended in place. Checked, not trusted.
+			copy(dst, out)
+		}
+		return nil
+	}
+	return base.CorruptionErrorf("sst: unknown block compression type %d", typ)
 }

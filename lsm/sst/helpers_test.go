@@ -170,7 +170,36 @@ func openTable(t testing.TB, data []byte, c *cache.Cache) *Reader {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkCacheClosed(t, c)
 	return r
+}
+
+// checkCacheClosed closes c when the test ends (after its deferred Closes)
+// and fails the test if a block handle is still outstanding then: every
+// Get released its block and every iterator its current one.
+func checkCacheClosed(t testing.TB, c *cache.Cache) {
+	t.Cleanup(func() {
+		if c == nil {
+			return
+		}
+		if m := c.Metrics(); m.Pinned != 0 {
+			t.Errorf("%d block references still held at the end of the test", m.Pinned)
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("closing the cache: %v", err)
+		}
+		if m := c.Metrics(); m.MappedBytes != 0 || m.LiveBytes != 0 || m.Buffers != 0 {
+			t.Errorf("cache closed with memory mapped: %+v", m)
+		}
+	})
+}
+
+// getCopy is Reader.Get returning a copy of the value, its block released.
+func getCopy(r *Reader, ukey []byte, snap base.SeqNum, h uint64) ([]byte, base.Kind, base.SeqNum, bool, error) {
+	v, kind, seq, found, rel, err := r.Get(ukey, snap, h)
+	v = slices.Clone(v)
+	rel.Release()
+	return v, kind, seq, found, err
 }
 
 // modelGet returns the newest entry of ukey with seq < snap.

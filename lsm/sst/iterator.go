@@ -3,6 +3,7 @@ package sst
 import (
 	"bytes"
 
+	"github.com/cairnkv/cairn/lsm/cache"
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/trace"
 )
@@ -18,9 +19,13 @@ type tableIter struct {
 	r     *Reader
 	index blockIter
 	data  blockIter
-	// block is the data block data iterates over, read from the handle
-	// at blockOffset; nil if none is loaded.
-	block       []byte
+	// block pins the data block data iterates over, read from the handle
+	// at blockOffset; empty if none is loaded. Invariant: the iterator
+	// holds exactly this one block handle, released when it moves to
+	// another block or closes, so the keys and values it hands out stay
+	// valid until the next positioning call (base.InternalIterator) and
+	// no longer.
+	block       cache.Handle
 	blockOffset uint64
 
 	// acc, if not nil, reports data-block lookups to the tracer.
@@ -81,19 +86,23 @@ func (it *tableIter) loadBlock() bool {
 		it.fail(err)
 		return false
 	}
-	if it.block == nil || h.offset != it.blockOffset {
+	if it.block.Value() == nil || h.offset != it.blockOffset {
 		b, hit, err := it.r.dataBlock(h, &it.index)
+		// The old block goes either way: data is re-initialized below or
+		// the iterator fails.
+		it.data = blockIter{}
+		it.block.Release()
+		it.block = cache.Handle{}
 		if err != nil {
-			it.block = nil
 			it.fail(err)
 			return false
 		}
 		if it.acc != nil {
-			it.r.traceBlock(it.acc, h.offset, b, hit)
+			it.r.traceBlock(it.acc, h.offset, b.Value(), hit)
 		}
 		it.block, it.blockOffset = b, h.offset
 	}
-	if err := it.data.init(it.block); err != nil {
+	if err := it.data.init(it.block.Value()); err != nil {
 		it.fail(err)
 		return false
 	}
@@ -275,7 +284,8 @@ func (it *tableIter) Valid() bool { return it.valid }
 // Key implements base.InternalIterator.
 func (it *tableIter) Key() []byte { return it.data.key() }
 
-// Value implements base.InternalIterator. It aliases a cached block.
+// Value implements base.InternalIterator. It aliases a cached block, which
+// the iterator pins until its next positioning call.
 func (it *tableIter) Value() []byte { return it.data.value() }
 
 // Error implements base.InternalIterator.
@@ -284,8 +294,9 @@ func (it *tableIter) Error() error { return it.err }
 // Close implements base.InternalIterator.
 func (it *tableIter) Close() error {
 	it.valid = false
-	it.block = nil
 	it.data = blockIter{}
+	it.block.Release()
+	it.block = cache.Handle{}
 	if it.err == nil {
 		it.err = base.ErrClosed
 		return nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cairnkv/cairn/lsm/cache"
@@ -18,7 +19,8 @@ import (
 // ReaderOptions configure a Reader.
 type ReaderOptions struct {
 	// Cache holds the table's data blocks under (CacheID, FileNum,
-	// offset). Nil reads every data block from the file.
+	// offset). Nil reads every data block from the file, onto the Go
+	// heap.
 	Cache *cache.Cache
 	// CacheID is the cache user id (cache.Cache.NewID) of the DB that owns
 	// the table.
@@ -279,25 +281,82 @@ func (r *Reader) readBlock(h blockHandle, kind blockKind, after, upTo []byte) ([
 	return contents, nil
 }
 
-// dataBlock returns the data block at h, the handle at the position of ii
-// in the index, from the cache or else from the file (then caching it). A
-// block read from the file must also lie between its separator and the one
-// before. The block must not be modified. hit tells whether it came from
-// the cache.
-func (r *Reader) dataBlock(h blockHandle, ii *blockIter) (b []byte, hit bool, err error) {
-	if b, ok := r.opts.Cache.Get(r.opts.CacheID, r.opts.FileNum, h.offset); ok {
+// dataBlock returns a handle on the data block at h, the handle at the
+// position of ii in the index, from the cache or else from the file (then
+// caching it). A block read from the file must also lie between its
+// separator and the one before. The block must not be modified, nor used
+// after the handle's Release. hit tells whether it came from the cache.
+func (r *Reader) dataBlock(h blockHandle, ii *blockIter) (b cache.Handle, hit bool, err error) {
+	c := r.opts.Cache
+	if b, ok := c.Get(r.opts.CacheID, r.opts.FileNum, h.offset); ok {
 		return b, true, nil
 	}
 	after, err := indexKeyBefore(r.index, ii.offset)
 	if err != nil {
-		return nil, false, err
+		return cache.Handle{}, false, err
 	}
-	b, err = r.readBlock(h, dataBlockKind, after, ii.key())
+	buf, err := r.readDataBlock(h, after, ii.key())
 	if err != nil {
-		return nil, false, err
+		return cache.Handle{}, false, err
 	}
-	r.opts.Cache.Set(r.opts.CacheID, r.opts.FileNum, h.offset, b)
-	return b, false, nil
+	return c.Insert(r.opts.CacheID, r.opts.FileNum, h.offset, buf), false, nil
+}
+
+// readScratch holds the buffers that data blocks are read into before
+// they are checked and decompressed into the cache's memory.
+var readScratch = sync.Pool{New: func() any { return new([]byte) }}
+
+// readDataBlock is readBlock for a data block, into a buffer of the
+// block cache (the Go heap's with no cache): the stored bytes are read
+// into a pooled scratch buffer, checked, and decompressed (or copied) into
+// the cache buffer, so that a miss leaves no garbage. The caller inserts
+// the buffer; on error it is freed.
+func (r *Reader) readDataBlock(h blockHandle, after, upTo []byte) (cache.Buffer, error) {
+	c := r.opts.Cache
+	sp := readScratch.Get().(*[]byte)
+	defer readScratch.Put(sp)
+	n := int(h.length + blockTrailerLen)
+	if cap(*sp) < n {
+		*sp = make([]byte, n)
+	}
+	stored := (*sp)[:n]
+	if err := r.readAt(stored, h.offset); err != nil {
+		return cache.Buffer{}, err
+	}
+	contents, typ := stored[:h.length], stored[h.length]
+	if want, got := binary.LittleEndian.Uint32(stored[h.length+1:]), blockChecksum(contents, typ); got != want {
+		return cache.Buffer{}, base.CorruptionErrorf("sst: checksum mismatch in block at offset %d of table %s (%#x, want %#x)",
+			h.offset, r.opts.FileNum, got, want)
+	}
+	rawLen, src := len(contents), contents
+	if typ != byte(NoCompression) {
+		var err error
+		if rawLen, src, err = decompressedLen(typ, contents); err != nil {
+			return cache.Buffer{}, err
+		}
+	}
+	if rawLen == 0 {
+		return cache.Buffer{}, base.CorruptionErrorf("sst: empty data block at offset %d", h.offset)
+	}
+	buf, err := c.Alloc(rawLen)
+	if err != nil {
+		return cache.Buffer{}, err
+	}
+	b := buf.Bytes()
+	if typ == byte(NoCompression) {
+		copy(b, contents)
+	} else if err := decompressInto(typ, src, b); err != nil {
+		c.Free(buf)
+		return cache.Buffer{}, err
+	}
+	if k, err := verifyBlock(b, dataBlockKind, after, upTo); err != nil || k == 0 {
+		c.Free(buf)
+		if err == nil {
+			err = base.CorruptionErrorf("sst: empty data block at offset %d", h.offset)
+		}
+		return cache.Buffer{}, err
+	}
+	return buf, nil
 }
 
 // indexHandle decodes the data block handle at the index iterator's
@@ -354,48 +413,52 @@ func (r *Reader) MayContain(h uint64) bool {
 // Get returns the newest point entry of ukey with a sequence number below
 // seq, h being filter.Hash(ukey). It consults the filter first and reads no
 // data block when the filter rules the key out. found is false if there is no
-// such entry. kind is SET, DEL or BLOBIDX; value aliases a cached, immutable
-// block: the caller copies it to keep it.
+// such entry. kind is SET, DEL or BLOBIDX; value is a view of a data block
+// that rel pins: it is valid until rel.Release, which the caller calls
+// once it has copied or used the value (rel is empty when found is false;
+// releasing it is harmless).
 //
 // Range tombstones are not applied: the caller combines RangeTombstones with
 // the result. With a warm cache Get does not allocate (for keys up to 256
 // bytes).
-func (r *Reader) Get(ukey []byte, seq base.SeqNum, h uint64) (value []byte, kind base.Kind, keySeq base.SeqNum, found bool, err error) {
+func (r *Reader) Get(ukey []byte, seq base.SeqNum, h uint64) (value []byte, kind base.Kind, keySeq base.SeqNum, found bool, rel cache.Handle, err error) {
 	if r.hasFilter && !r.filter.MayContain(h) {
-		return nil, 0, 0, false, nil
+		return nil, 0, 0, false, cache.Handle{}, nil
 	}
 	return r.GetUnfiltered(ukey, seq)
 }
 
 // GetUnfiltered is Get without the filter probe, for a caller that has
 // already asked MayContain (to count what the filter saves).
-func (r *Reader) GetUnfiltered(ukey []byte, seq base.SeqNum) (value []byte, kind base.Kind, keySeq base.SeqNum, found bool, err error) {
+func (r *Reader) GetUnfiltered(ukey []byte, seq base.SeqNum) (value []byte, kind base.Kind, keySeq base.SeqNum, found bool, rel cache.Handle, err error) {
 	return r.GetUnfilteredTraced(ukey, seq, nil)
 }
 
 // GetUnfilteredTraced is GetUnfiltered reporting its data-block lookups to
 // the Reader's tracer as acc's; a nil acc (no trace running) reports
 // nothing.
-func (r *Reader) GetUnfilteredTraced(ukey []byte, seq base.SeqNum, acc *trace.Access) (value []byte, kind base.Kind, keySeq base.SeqNum, found bool, err error) {
+func (r *Reader) GetUnfilteredTraced(ukey []byte, seq base.SeqNum, acc *trace.Access) (value []byte, kind base.Kind, keySeq base.SeqNum, found bool, rel cache.Handle, err error) {
 	if seq == 0 {
-		return nil, 0, 0, false, nil
+		return nil, 0, 0, false, cache.Handle{}, nil
 	}
 	t := base.MakeTrailer(min(seq-1, base.SeqNumMax), base.KindMax)
 	var ii, di blockIter
 	if err := ii.init(r.index); err != nil {
-		return nil, 0, 0, false, err
+		return nil, 0, 0, false, cache.Handle{}, err
 	}
 	for ii.seekGESearch(ukey, t); ii.valid; ii.next() {
 		bh, err := indexHandle(&ii)
 		if err != nil {
-			return nil, 0, 0, false, err
+			return nil, 0, 0, false, cache.Handle{}, err
 		}
-		data, hit, err := r.dataBlock(bh, &ii)
+		bl, hit, err := r.dataBlock(bh, &ii)
 		if err != nil {
-			return nil, 0, 0, false, err
+			return nil, 0, 0, false, cache.Handle{}, err
 		}
+		data := bl.Value()
 		if err := di.init(data); err != nil {
-			return nil, 0, 0, false, err
+			bl.Release()
+			return nil, 0, 0, false, cache.Handle{}, err
 		}
 		di.seekGESearch(ukey, t)
 		if di.valid {
@@ -405,22 +468,24 @@ func (r *Reader) GetUnfilteredTraced(ukey []byte, seq base.SeqNum, acc *trace.Ac
 				r.traceGet(acc, bh.offset, data, hit, ukey, exists, len(k)+len(di.value()))
 			}
 			if !exists {
-				return nil, 0, 0, false, nil
+				bl.Release()
+				return nil, 0, 0, false, cache.Handle{}, nil
 			}
 			tr := base.DecodeTrailer(k)
-			return di.value(), tr.Kind(), tr.SeqNum(), true, nil
+			return di.value(), tr.Kind(), tr.SeqNum(), true, bl, nil
 		}
 		if acc != nil {
 			r.traceGet(acc, bh.offset, data, hit, ukey, false, 0)
 		}
+		bl.Release()
 		if di.err != nil {
-			return nil, 0, 0, false, di.err
+			return nil, 0, 0, false, cache.Handle{}, di.err
 		}
 		// Every key of the block is below the target (which sorts
 		// between the block's last key and its separator): the answer,
 		// if any, starts the next block.
 	}
-	return nil, 0, 0, false, ii.err
+	return nil, 0, 0, false, cache.Handle{}, ii.err
 }
 
 // RangeTombstones returns the table's range tombstone fragments, sorted by

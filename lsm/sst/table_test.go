@@ -82,7 +82,7 @@ func checkTable(t *testing.T, rng *rand.Rand, r *Reader, spec tableSpec) {
 
 func checkGet(t *testing.T, r *Reader, points []kv, ukey []byte, snap base.SeqNum) {
 	t.Helper()
-	val, kind, seq, found, err := r.Get(ukey, snap, hashOf(ukey))
+	val, kind, seq, found, err := getCopy(r, ukey, snap, hashOf(ukey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,6 +260,7 @@ func TestGetAbsentReadsNoBlock(t *testing.T) {
 	spec := randomSpec(rng, 2000, 1, false)
 	data, _ := writeTable(t, spec, WriterOptions{BlockSize: 1024, FilterBitsPerKey: 10})
 	c := cache.New(1 << 20)
+	checkCacheClosed(t, c)
 	f := &countingFile{File: &bytesFile{data: data}}
 	r, err := NewReader(f, ReaderOptions{Cache: c, CacheID: c.NewID(), FileNum: 7})
 	if err != nil {
@@ -276,7 +277,7 @@ func TestGetAbsentReadsNoBlock(t *testing.T) {
 			continue
 		}
 		ruledOut++
-		if _, _, _, found, err := r.Get(ukey, base.SeqNumMax, h); found || err != nil {
+		if _, _, _, found, err := getCopy(r, ukey, base.SeqNumMax, h); found || err != nil {
 			t.Fatalf("Get(%q) = %v, %v", ukey, found, err)
 		}
 	}
@@ -299,7 +300,7 @@ func TestGetAbsentReadsNoBlock(t *testing.T) {
 	p := spec.points[len(spec.points)/2]
 	for i := 0; i < 2; i++ {
 		before := f.reads.Load()
-		if _, _, _, found, err := r.Get(base.UserKey(p.key), base.SeqNumMax, hashOf(base.UserKey(p.key))); !found || err != nil {
+		if _, _, _, found, err := getCopy(r, base.UserKey(p.key), base.SeqNumMax, hashOf(base.UserKey(p.key))); !found || err != nil {
 			t.Fatalf("Get(present) = %v, %v", found, err)
 		}
 		if want := int64(1 - i); f.reads.Load()-before != want {
@@ -342,7 +343,7 @@ func TestGetHitDoesNotAllocate(t *testing.T) {
 	allocs := testing.AllocsPerRun(2000, func() {
 		k := keys[i%len(keys)]
 		i++
-		if _, _, _, found, err := r.Get(k, base.SeqNumMax, hashOf(k)); !found || err != nil {
+		if _, _, _, found, err := getCopy(r, k, base.SeqNumMax, hashOf(k)); !found || err != nil {
 			t.Fatalf("Get(%q): %v %v", k, found, err)
 		}
 	})
@@ -383,7 +384,7 @@ func TestRangeTombstoneOnlyTable(t *testing.T) {
 		t.Fatal("tombstone-only table has point entries")
 	}
 	it.Close()
-	if _, _, _, found, err := r.Get([]byte("b"), base.SeqNumMax, hashOf([]byte("b"))); found || err != nil {
+	if _, _, _, found, err := getCopy(r, []byte("b"), base.SeqNumMax, hashOf([]byte("b"))); found || err != nil {
 		t.Fatalf("Get in tombstone-only table: %v %v", found, err)
 	}
 	_ = rng
@@ -634,6 +635,7 @@ func TestReaderClose(t *testing.T) {
 // small cache from several goroutines (meaningful under -race).
 func TestConcurrentReaders(t *testing.T) {
 	c := cache.New(64 << 10) // Small: blocks are evicted while in use.
+	checkCacheClosed(t, c)
 	type table struct {
 		r    *Reader
 		spec tableSpec
@@ -660,7 +662,7 @@ func TestConcurrentReaders(t *testing.T) {
 				p := tb.spec.points[rng.IntN(len(tb.spec.points))]
 				uk := base.UserKey(p.key)
 				want, _ := modelGet(tb.spec.points, uk, base.SeqNumMax)
-				val, _, _, found, gerr := tb.r.Get(uk, base.SeqNumMax, hashOf(uk))
+				val, _, _, found, gerr := getCopy(tb.r, uk, base.SeqNumMax, hashOf(uk))
 				switch {
 				case gerr != nil:
 					err = gerr
@@ -682,5 +684,58 @@ func TestConcurrentReaders(t *testing.T) {
 		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestIterPinsBlock reads other keys through a tiny cache between every
+// step of an iterator, evicting every block and reusing its memory many
+// times over: the iterator's current key and value must stay intact until
+// its next positioning call, because it holds its block's handle.
+func TestIterPinsBlock(t *testing.T) {
+	rng := rand.New(rand.NewPCG(30, 31))
+	spec := randomSpec(rng, 2000, 2, false)
+	data, _ := writeTable(t, spec, WriterOptions{BlockSize: 512, Compression: SnappyCompression, FilterBitsPerKey: 10})
+	c := cache.New(16 << 10) // A few blocks.
+	checkCacheClosed(t, c)
+	r, err := NewReader(&bytesFile{data: data}, ReaderOptions{Cache: c, CacheID: c.NewID(), FileNum: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	churn := func() {
+		for i := 0; i < 20; i++ {
+			p := spec.points[rng.IntN(len(spec.points))]
+			if _, _, _, found, err := getCopy(r, base.UserKey(p.key), base.SeqNumMax, hashOf(base.UserKey(p.key))); !found || err != nil {
+				t.Fatalf("churn Get: %v %v", found, err)
+			}
+		}
+	}
+	it := r.NewIter()
+	defer it.Close()
+	i := 0
+	for it.First(); it.Valid(); it.Next() {
+		k, v := it.Key(), it.Value() // Views, valid until Next.
+		churn()
+		if !bytes.Equal(k, spec.points[i].key) || !bytes.Equal(v, spec.points[i].value) {
+			t.Fatalf("entry %d changed under the iterator", i)
+		}
+		i++
+	}
+	if err := it.Error(); err != nil || i != len(spec.points) {
+		t.Fatalf("%d entries, %v", i, err)
+	}
+	// Point lookups: the value is intact until its handle's release.
+	for q := 0; q < 200; q++ {
+		p := spec.points[rng.IntN(len(spec.points))]
+		want, _ := modelGet(spec.points, base.UserKey(p.key), base.SeqNumMax)
+		v, _, _, found, rel, err := r.Get(base.UserKey(p.key), base.SeqNumMax, hashOf(base.UserKey(p.key)))
+		if err != nil || !found {
+			t.Fatal(found, err)
+		}
+		churn()
+		if !bytes.Equal(v, want.value) {
+			t.Fatalf("Get's value changed before its release")
+		}
+		rel.Release()
 	}
 }

@@ -83,6 +83,7 @@ func TestTraceGetKeyCounts(t *testing.T) {
 	spec := randomSpec(rng, 3000, 3, false)
 	data, _ := writeTable(t, spec, WriterOptions{BlockSize: 300 + rng.IntN(400), BlockRestartInterval: 5})
 	c := cache.New(64 << 20)
+	checkCacheClosed(t, c)
 	var tr trace.Tracer
 	r, err := NewReader(&bytesFile{data: data}, ReaderOptions{Cache: c, CacheID: c.NewID(), FileNum: 1, Tracer: &tr})
 	if err != nil {
@@ -106,13 +107,14 @@ func TestTraceGetKeyCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 		var di blockIter
-		if err := di.init(b); err != nil {
+		if err := di.init(b.Value()); err != nil {
 			t.Fatal(err)
 		}
 		for di.first(); di.valid; di.next() {
 			want[bh.offset]++
 		}
 		runs[bh.offset] = di.numRestarts
+		b.Release()
 	}
 	if len(want) < 20 {
 		t.Fatalf("only %d data blocks", len(want))
@@ -124,7 +126,9 @@ func TestTraceGetKeyCounts(t *testing.T) {
 	}
 	get := func(p kv) {
 		acc := tr.NewAccess(trace.CallerGet, 0, false)
-		if _, _, _, _, err := r.GetUnfilteredTraced(base.UserKey(p.key), base.SeqNumMax, acc); err != nil {
+		_, _, _, _, rel, err := r.GetUnfilteredTraced(base.UserKey(p.key), base.SeqNumMax, acc)
+		rel.Release()
+		if err != nil {
 			t.Error(err)
 		}
 	}

@@ -1,0 +1,5 @@
+//go:build unix && !linux
+
+package cache
+
+func adviseHugePages([]byte) {}
