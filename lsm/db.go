@@ -99,8 +99,6 @@ type DB struct {
 	// released (Metrics.MemTableArenaBytes): memtables in the lists, and
 	// those a reader or a flush still holds.
 	memArenaBytes atomic.Int64
-	// arenaRecycle keeps a full-size arena for the next memtable.
-	arenaRecycle arenaRecycler
 
 	// deleteMu serializes deleteObsoleteFiles, so that a call returns only
 	// once the files any earlier call found obsolete are removed.
@@ -243,7 +241,6 @@ func (d *DB) Close() error {
 	for _, m := range mems {
 		m.unref()
 	}
-	d.closeArenaRecycler()
 	d.deleteObsoleteFiles()
 	d.mu.Lock()
 	errs = append(errs, d.mu.versions.Close())

@@ -34,9 +34,7 @@ type memTable struct {
 	// liveBytes is the owning DB's count of arena bytes not yet released
 	// (Metrics.MemTableArenaBytes).
 	liveBytes *atomic.Int64
-	// recycler may keep the arena, once released, for the next memtable.
-	recycler *arenaRecycler
-	bloom    *filter.DynamicBloom // nil when disabled
+	bloom     *filter.DynamicBloom // nil when disabled
 	// logNum is the WAL that holds this memtable's writes; it may be
 	// deleted once the memtable is flushed.
 	logNum base.FileNum
@@ -73,19 +71,14 @@ var memTableArenaOverheadBytes = int64(arenaskl.MaxNodeSize(base.TrailerLen, 0))
 // DB's lists, or recovery. Its arena counts in d.memArenaBytes until
 // released.
 func (d *DB) newMemTable(capacityBytes int64, logNum base.FileNum) *memTable {
-	a := d.arenaRecycle.take(capacityBytes)
-	if a == nil {
-		a = arenaskl.NewArena(int(capacityBytes))
-		d.memArenaBytes.Add(int64(a.Capacity()))
-	}
 	m := &memTable{
-		skl:           arenaskl.NewSkiplist(a),
+		skl:           arenaskl.NewSkiplist(arenaskl.NewArena(int(capacityBytes))),
 		logNum:        logNum,
 		capacityBytes: capacityBytes,
 		liveBytes:     &d.memArenaBytes,
-		recycler:      &d.arenaRecycle,
 	}
 	m.refs.Store(1)
+	m.liveBytes.Add(int64(m.skl.Arena().Capacity()))
 	if bloomBitsPerKey := d.opts.MemtableBloomBitsPerKey; bloomBitsPerKey > 0 {
 		keys := int(capacityBytes / MemTableBloomAssumedEntryBytes)
 		m.bloom = filter.NewDynamicBloomBitsPerKey(keys, bloomBitsPerKey)
@@ -109,9 +102,6 @@ func (m *memTable) unref() {
 	switch n := m.refs.Add(-1); {
 	case n == 0:
 		a := m.skl.Arena()
-		if m.recycler.put(a) {
-			return // still counted in liveBytes: the recycler holds it
-		}
 		m.liveBytes.Add(-int64(a.Capacity()))
 		a.Release()
 	case n < 0:
@@ -214,80 +204,3 @@ func (m *memTable) newIter() base.InternalIterator {
 
 // approximateBytes returns the arena bytes in use.
 func (m *memTable) approximateBytes() int64 { return int64(m.skl.Size()) }
-
-// arenaRecycler keeps one arena of a memtable whose last reference is gone,
-// of the full memtable size, for the next memtable (as Pebble's
-// memTableRecycle does): a memtable switch then reuses memory already
-// faulted in, instead of mapping a fresh arena whose pages fault one by
-// one (4 KiB each, 30–45 µs each on the 2-core VM of bench/RESULTS.md) on
-// the writer's thread. At most one arena waits here, so recycling adds at
-// most one memtable's worth of memory, and only while no full-size
-// memtable took it.
-type arenaRecycler struct {
-	// capacityBytes is the only arena size kept: Options.MemTableSizeBytes
-	// (smaller memtables, grown from small ones, are not recycled).
-	capacityBytes int64
-
-	mu struct {
-		sync.Mutex
-		arena *arenaskl.Arena
-		// closed: the DB is closed; nothing is kept any more.
-		closed bool
-	}
-	// recycled counts the arenas take handed out (for tests).
-	recycled atomic.Int64
-}
-
-// closeArenaRecycler stops recycling arenas and releases the one kept. A
-// memtable whose last reference goes later (an iterator closed after
-// Close) releases its arena itself.
-func (d *DB) closeArenaRecycler() {
-	if a := d.arenaRecycle.close(); a != nil {
-		d.memArenaBytes.Add(-int64(a.Capacity()))
-		a.Release()
-	}
-}
-
-// put keeps a, whose memtable has no reference left, for take. It returns
-// false when it does not (a's size is not capacityBytes, an arena already
-// waits, the DB is closed, or released arenas are being poisoned for a
-// test); the caller then releases a.
-func (r *arenaRecycler) put(a *arenaskl.Arena) bool {
-	if int64(a.Capacity()) != r.capacityBytes || arenaskl.PoisonOnRelease() {
-		return false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.mu.closed || r.mu.arena != nil {
-		return false
-	}
-	a.Reset()
-	r.mu.arena = a
-	return true
-}
-
-// take returns the kept arena if capacityBytes is its size, or nil.
-func (r *arenaRecycler) take(capacityBytes int64) *arenaskl.Arena {
-	if capacityBytes != r.capacityBytes {
-		return nil
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	a := r.mu.arena
-	r.mu.arena = nil
-	if a != nil {
-		r.recycled.Add(1)
-	}
-	return a
-}
-
-// close stops recycling and returns the kept arena, if any, for the
-// caller to release.
-func (r *arenaRecycler) close() *arenaskl.Arena {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.mu.closed = true
-	a := r.mu.arena
-	r.mu.arena = nil
-	return a
-}

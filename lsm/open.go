@@ -49,12 +49,6 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 		cleanCh: make(chan struct{}, 1),
 		closeCh: make(chan struct{}),
 	}
-	d.arenaRecycle.capacityBytes = o.MemTableSizeBytes
-	defer func() {
-		if err != nil {
-			d.closeArenaRecycler() // recovery's memtable may have left its arena there
-		}
-	}()
 	d.cache = o.Cache
 	if d.cache == nil {
 		d.cache = cache.New(o.CacheSizeBytes)

@@ -86,20 +86,6 @@ func (a *Arena) Release() {
 	freeBuffer(buf)
 }
 
-// Reset empties the arena for a new skiplist (NewSkiplist), keeping its
-// memory: a memtable's arena is recycled instead of unmapped and mapped
-// again, which on a fresh mapping costs a page fault per page touched. The
-// memory is not zeroed: a skiplist initializes every byte it reads (a
-// node's fields and links are written before the node is published).
-// REQUIRES: nothing reads or writes the arena, its old skiplist or any
-// slice they returned, as for Release; the arena is not released.
-func (a *Arena) Reset() {
-	if a.released.Load() {
-		panic("arenaskl: reset of a released arena")
-	}
-	a.n.Store(1)
-}
-
 // Released reports whether Release was called.
 func (a *Arena) Released() bool { return a.released.Load() }
 

@@ -7,9 +7,6 @@ package arenaskl
 // SetPoisonOnRelease does nothing without mmap (see the unix version).
 func SetPoisonOnRelease(on bool) bool { return false }
 
-// PoisonOnRelease is always false without mmap.
-func PoisonOnRelease() bool { return false }
-
 func allocBuffer(n int) []byte { return make([]byte, n) }
 
 func freeBuffer([]byte) {}

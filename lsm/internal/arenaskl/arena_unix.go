@@ -21,11 +21,6 @@ var poisonOnRelease atomic.Bool
 // tests; it returns the previous setting. Without mmap it does nothing.
 func SetPoisonOnRelease(on bool) bool { return poisonOnRelease.Swap(on) }
 
-// PoisonOnRelease reports whether SetPoisonOnRelease is on. An owner that
-// would reuse released arenas (lsm's recycling) does not while it is, so
-// that a use after release still faults.
-func PoisonOnRelease() bool { return poisonOnRelease.Load() }
-
 // allocBuffer maps n bytes of anonymous private memory, outside the Go
 // heap. The pages are zero and cost nothing until touched.
 func allocBuffer(n int) []byte {
