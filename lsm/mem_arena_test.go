@@ -2,6 +2,7 @@ package lsm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnkv/cairn/lsm/cache"
 	"github.com/cairnkv/cairn/lsm/internal/arenaskl"
 	"github.com/cairnkv/cairn/lsm/vfs"
 )
@@ -239,8 +241,13 @@ func TestMemTableArenasReleasedUnderReaders(t *testing.T) {
 		leftover.it, leftover.key = it, it.Key()
 	}
 	keyBefore := bytes.Clone(leftover.key)
+	// With the iterator on a table's block, Close reports the block still
+	// pinned (the DB closes the block cache it made); nothing else may fail.
 	if err := d.Close(); err != nil {
-		t.Fatal(err)
+		if le := (*cache.LeakError)(nil); !errors.As(err, &le) {
+			t.Fatal(err)
+		}
+		t.Logf("Close with an iterator open: %v", err)
 	}
 	if n := d.memArenaBytes.Load(); n <= 0 {
 		t.Fatalf("%d arena bytes live after Close with an iterator open: its memtables are released", n)
