@@ -12,9 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// smapsVmFlags returns the VmFlags line of the mapping of /proc/self/smaps
-// that starts at addr.
-func smapsVmFlags(t *testing.T, addr uintptr) string {
+// smapsField returns the line of the mapping of /proc/self/smaps that
+// starts at addr whose name is field ("VmFlags", "Rss").
+func smapsField(t *testing.T, addr uintptr, field string) string {
 	t.Helper()
 	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
@@ -30,7 +30,7 @@ func smapsVmFlags(t *testing.T, addr uintptr) string {
 		if f := strings.Fields(line); len(f) > 0 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
 			in = strings.HasPrefix(line, prefix)
 		}
-		if in && strings.HasPrefix(line, "VmFlags:") {
+		if in && strings.HasPrefix(line, field+":") {
 			return line
 		}
 	}
@@ -49,7 +49,7 @@ func TestArenaHugePageAligned(t *testing.T) {
 		if p%hugePageBytes != 0 {
 			t.Fatalf("arena of %d bytes at %#x: not 2 MiB aligned", size, p)
 		}
-		flags := smapsVmFlags(t, p)
+		flags := smapsField(t, p, "VmFlags")
 		if !strings.Contains(" "+strings.TrimPrefix(flags, "VmFlags:")+" ", " hg ") {
 			t.Fatalf("arena of %d bytes: no huge-page advice: %q", size, flags)
 		}
@@ -68,6 +68,8 @@ func TestArenaHugePageAligned(t *testing.T) {
 // does, faults far less than once per 4 KiB page where transparent huge
 // pages can be had (the old arena faulted 16384 times). The writer's own
 // thread is counted (RUSAGE_THREAD), so other goroutines do not disturb it.
+// Huge pages cost no memory beyond the one being filled: an arena written
+// up to some offset is resident up to the next 2 MiB boundary at most.
 func TestArenaFillFaults(t *testing.T) {
 	thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
 	if err != nil || strings.Contains(string(thp), "[never]") {
@@ -86,11 +88,23 @@ func TestArenaFillFaults(t *testing.T) {
 	a := NewArena(size)
 	defer a.Release()
 	before := minflt()
-	for off := uint32(4096); off < size; off += 4096 {
+	const part = 10<<20 + 12345 // not on a huge-page boundary
+	for off := uint32(4096); off < part; off += 4096 {
+		*(*byte)(a.pointer(off)) = 1
+	}
+	rss := smapsField(t, uintptr(unsafe.Pointer(unsafe.SliceData(a.buf))), "Rss")
+	var rssKiB int64
+	if _, err := fmt.Sscanf(strings.TrimPrefix(rss, "Rss:"), "%d kB", &rssKiB); err != nil {
+		t.Fatalf("smaps %q: %v", rss, err)
+	}
+	if limit := int64(part+hugePageBytes) >> 10; rssKiB > limit {
+		t.Fatalf("arena written to %d bytes: %d KiB resident, above %d KiB", part, rssKiB, limit)
+	}
+	for off := uint32(part); off < size; off += 4096 {
 		*(*byte)(a.pointer(off)) = 1
 	}
 	faults := minflt() - before
-	t.Logf("%d faults filling a %d-byte arena", faults, size)
+	t.Logf("%d faults filling a %d-byte arena; %d KiB resident when written to %d bytes", faults, size, rssKiB, part)
 	if pages := int64(size / 4096); faults > pages/4 {
 		t.Fatalf("%d faults filling a %d-byte arena (%d pages): no huge pages", faults, size, pages)
 	}
