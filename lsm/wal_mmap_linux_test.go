@@ -193,3 +193,104 @@ func TestMmapWALChunkEdges(t *testing.T) {
 		t.Fatalf("closed WAL: %d bytes (%v), want the %d written", len(got), err, len(want))
 	}
 }
+
+// walMappings counts the mappings of file name in /proc/self/maps.
+func walMappings(t *testing.T, name string) int {
+	t.Helper()
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skipf("no /proc/self/maps: %v", err)
+	}
+	return bytes.Count(maps, []byte(" "+name+"\n"))
+}
+
+// TestMmapWALModeByWriteSize: the WAL maps its chunks while the writes
+// are small and writes them with pwrite(2) while they are large
+// (walMmapMaxWriteBytes), chunk by chunk, in both directions; whatever the
+// mode, every record reads back, while the WAL is open and after Close.
+// Before, every chunk was mapped and faulted in whatever the writes' size:
+// with 4 KiB records the background faulting cost more than the write(2)
+// system calls it saved.
+func TestMmapWALModeByWriteSize(t *testing.T) {
+	dir := t.TempDir()
+	name := filepath.Join(dir, "000001.log")
+	f, err := vfs.Default.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf := newWALFile(f, &Options{})
+	w, ok := wf.(*mmapWAL)
+	if !ok {
+		t.Skip("no fallocate on this file system: the WAL uses write(2)")
+	}
+	rw := record.NewWriter(wf)
+	rng := rand.New(rand.NewPCG(5, 6))
+	var want [][]byte
+	// phase writes records of about size bytes, one Write each, until
+	// chunks more chunks are full, then reports how many mappings of the
+	// file are left once the chunks left behind are unmapped.
+	phase := func(size, chunks int) int {
+		t.Helper()
+		end := rw.Size() + int64(chunks)*walChunkBytes
+		for rw.Size() < end {
+			rec := make([]byte, size/2+rng.IntN(size))
+			for i := range rec {
+				rec[i] = byte(rng.Uint32())
+			}
+			if _, err := rw.WriteRecord(rec); err != nil {
+				t.Fatal(err)
+			}
+			if err := rw.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, rec)
+		}
+		w.retiring.Wait()
+		return walMappings(t, name)
+	}
+	if n := phase(100, 3); n == 0 {
+		t.Fatal("100-byte records: the WAL is not mapped")
+	}
+	if n := phase(4096, 3); n != 0 {
+		t.Fatalf("4 KiB records: %d mappings of the WAL, want none (pwrite)", n)
+	}
+	if n := phase(100, 3); n == 0 {
+		t.Fatal("100-byte records again: the WAL is not mapped")
+	}
+	if err := rw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	size := rw.Size()
+	readAll := func(stage string) {
+		t.Helper()
+		rf, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rf.Close()
+		r := record.NewReader(rf)
+		for i, rec := range want {
+			got, err := r.Next()
+			if err != nil {
+				t.Fatalf("%s: record %d: %v", stage, i, err)
+			}
+			if !bytes.Equal(got, rec) {
+				t.Fatalf("%s: record %d differs", stage, i)
+			}
+		}
+		if _, err := r.Next(); err != io.EOF {
+			t.Fatalf("%s: after the last record: %v, want io.EOF", stage, err)
+		}
+		if r.TornTail() || r.EndOffset() != size {
+			t.Fatalf("%s: torn tail %v, end offset %d, want a clean end at %d", stage, r.TornTail(), r.EndOffset(), size)
+		}
+	}
+	readAll("while open")
+	if err := wf.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := walMappings(t, name); n != 0 {
+		t.Fatalf("closed WAL: %d mappings left", n)
+	}
+	readAll("after close")
+}
