@@ -17,9 +17,10 @@
 // batches to the mutable memtable (an arena-backed concurrent skiplist behind
 // a DynamicBloom filter), and publishes the group's sequence numbers to
 // readers all at once. On Linux the WAL is appended through a shared
-// mapping of the file (Options.DisableWALMmap): the bytes are in the page
-// cache, and survive a kill of the process, before Write returns, as with
-// write(2). Memtables start at 256 KiB and double up to
+// mapping of the file while its writes are small, and with pwrite(2) while
+// they average 2 KiB or more, chosen per 1 MiB chunk (Options.DisableWALMmap,
+// wal_mmap_linux.go): either way the bytes are in the page cache, and
+// survive a kill of the process, before Write returns. Memtables start at 256 KiB and double up to
 // MemTableSizeBytes; a full memtable is switched out with its WAL, and the
 // queued memtables are flushed together to one L0 table in the background
 // once they hold half of MemTableSizeBytes. Leveled compaction with dynamic
