@@ -52,9 +52,11 @@ const walMmapMaxWriteBytes = 2048
 //
 // Space is reserved chunk by chunk (1 MiB) with fallocate before a chunk is mapped,
 // so that a full disk is an error from Write, never a SIGBUS on a store
-// into a hole. The file is therefore longer than what was written, with a
-// zero-filled tail, which the record reader reads as a clean end (see
-// package record); Close truncates it to the bytes written.
+// into a hole (a chunk written with pwrite is not reserved: pwrite reports
+// a full disk itself). With a mapped chunk the file is therefore longer
+// than what was written, with a zero-filled tail, which the record reader
+// reads as a clean end (see package record); Close truncates it to the
+// bytes written.
 //
 // The system calls around a chunk stay off the writer's path: the next
 // chunk is reserved, mapped and faulted in by a goroutine started once the
@@ -70,9 +72,11 @@ type mmapWAL struct {
 	*os.File
 	// off is the number of bytes written.
 	off int64
-	// reserved is the file size after the last fallocate (a multiple of
-	// walChunkBytes). It belongs to whoever prepares a chunk: at most one
-	// preparation runs at a time, and ahead's channel orders them.
+	// reserved is the end of the last chunk reserved with fallocate (a
+	// multiple of walChunkBytes). Only mapped chunks are reserved: a
+	// pwrite reports a full disk itself. It belongs to whoever prepares
+	// a chunk: at most one preparation runs at a time, and ahead's channel
+	// orders them.
 	reserved int64
 	// inChunk: [chunkOff, chunkOff+walChunkBytes) is the current chunk,
 	// written through chunk if that is not nil, else with pwrite.
@@ -113,7 +117,7 @@ func newWALFile(f vfs.File, o *Options) vfs.File {
 		return f
 	}
 	w := &mmapWAL{File: osf}
-	if err := w.reserve(); err != nil {
+	if err := w.reserve(0); err != nil {
 		// No fallocate here (some file systems): fall back to write(2).
 		// The file is still empty.
 		return f
@@ -122,12 +126,16 @@ func newWALFile(f vfs.File, o *Options) vfs.File {
 	return w
 }
 
-// reserve extends the file by one chunk of allocated space.
-func (w *mmapWAL) reserve() error {
-	if err := unix.Fallocate(int(w.Fd()), 0, w.reserved, walChunkBytes); err != nil {
+// reserve allocates the chunk at start (extending the file to its end),
+// unless it is already.
+func (w *mmapWAL) reserve(start int64) error {
+	if w.reserved >= start+walChunkBytes {
+		return nil
+	}
+	if err := unix.Fallocate(int(w.Fd()), 0, start, walChunkBytes); err != nil {
 		return fmt.Errorf("lsm: reserving WAL space: %w", err)
 	}
-	w.reserved += walChunkBytes
+	w.reserved = start + walChunkBytes
 	return nil
 }
 
@@ -200,14 +208,19 @@ func pwriteFull(fd int, p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// prepareAhead starts preparing the chunk at start in the background,
-// mapped or to be written with pwrite.
+// prepareAhead starts preparing the chunk at start in the background, to
+// be mapped, or, if not mapped, to be written with pwrite, which needs no
+// preparation (no goroutine, no system call).
 // REQUIRES: w.ahead == nil.
 func (w *mmapWAL) prepareAhead(start int64, mapped bool) {
 	ch := make(chan preparedChunk, 1)
 	w.ahead, w.aheadOff = ch, start
+	if !mapped {
+		ch <- preparedChunk{}
+		return
+	}
 	go func() {
-		m, err := w.prepare(start, mapped)
+		m, err := w.prepare(start)
 		ch <- preparedChunk{m: m, err: err}
 	}()
 }
@@ -220,16 +233,10 @@ func (w *mmapWAL) takeAhead() preparedChunk {
 	return r
 }
 
-// prepare reserves the chunk at start if needed and, if mapped, maps it
-// and faults it in.
-func (w *mmapWAL) prepare(start int64, mapped bool) ([]byte, error) {
-	for w.reserved < start+walChunkBytes {
-		if err := w.reserve(); err != nil {
-			return nil, err
-		}
-	}
-	if !mapped {
-		return nil, nil
+// prepare reserves the chunk at start if needed, maps it and faults it in.
+func (w *mmapWAL) prepare(start int64) ([]byte, error) {
+	if err := w.reserve(start); err != nil {
+		return nil, err
 	}
 	m, err := unix.Mmap(int(w.Fd()), start, walChunkBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
