@@ -45,14 +45,16 @@ func (ra *readahead) noteHit(h blockHandle) {
 
 // read returns the n stored bytes of the block at off from the readahead
 // buffer, reading a span ahead into it if the scan is sequential, or nil
-// if the block should be read alone (not sequential, or the read ahead
-// failed: the caller's own read then reports any error). The slice is
+// if the block should be read alone (not sequential). A failed read ahead
+// is returned as the block's error, not retried as a single-block read:
+// an I/O error must reach the caller (the error-injection sweep of
+// lsm/metamorphic checks that every injected failure does). The slice is
 // valid until the next call.
-func (ra *readahead) read(r *Reader, off uint64, n int) []byte {
+func (ra *readahead) read(r *Reader, off uint64, n int) ([]byte, error) {
 	end := off + uint64(n)
 	if off >= ra.off && end <= ra.off+uint64(len(ra.buf)) {
 		ra.next = end
-		return ra.buf[off-ra.off : end-ra.off]
+		return ra.buf[off-ra.off : end-ra.off], nil
 	}
 	if off == ra.next {
 		ra.seq++
@@ -61,7 +63,7 @@ func (ra *readahead) read(r *Reader, off uint64, n int) []byte {
 	}
 	ra.next = end
 	if ra.seq < readaheadAfter {
-		return nil
+		return nil, nil
 	}
 	switch {
 	case ra.size == 0:
@@ -72,7 +74,7 @@ func (ra *readahead) read(r *Reader, off uint64, n int) []byte {
 	// Data blocks fill [0, DataSize): read no further than their end.
 	spanEnd := min(off+uint64(max(ra.size, n)), r.props.DataSize)
 	if spanEnd < end {
-		return nil
+		return nil, nil
 	}
 	span := int(spanEnd - off)
 	if cap(ra.buf) < span {
@@ -81,8 +83,9 @@ func (ra *readahead) read(r *Reader, off uint64, n int) []byte {
 	ra.buf = ra.buf[:span]
 	if err := r.readAt(ra.buf, off); err != nil {
 		ra.buf, ra.off = ra.buf[:0], 0
-		return nil
+		ra.seq, ra.size = 0, 0
+		return nil, err
 	}
 	ra.off = off
-	return ra.buf[:n]
+	return ra.buf[:n], nil
 }

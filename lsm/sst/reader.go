@@ -322,7 +322,10 @@ func (r *Reader) readDataBlock(h blockHandle, after, upTo []byte, ra *readahead)
 	n := int(h.length + blockTrailerLen)
 	var stored []byte
 	if ra != nil {
-		stored = ra.read(r, h.offset, n)
+		var err error
+		if stored, err = ra.read(r, h.offset, n); err != nil {
+			return cache.Buffer{}, err
+		}
 	}
 	if stored == nil {
 		sp := readScratch.Get().(*[]byte)
