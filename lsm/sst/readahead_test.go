@@ -1,6 +1,7 @@
 package sst
 
 import (
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -131,5 +132,46 @@ func TestReadaheadCorruptBlock(t *testing.T) {
 	}
 	if big := slices.Max(f.take()); big <= int(victim.length)+blockTrailerLen {
 		t.Fatalf("largest read %d bytes: the damaged block was not read ahead", big)
+	}
+}
+
+// failingSpanFile fails every read longer than limit bytes: the reads
+// ahead, not the single-block ones.
+type failingSpanFile struct {
+	vfs.File
+	limit int
+}
+
+var errInjectedSpan = errors.New("injected: read ahead failed")
+
+func (f *failingSpanFile) ReadAt(p []byte, off int64) (int, error) {
+	if len(p) > f.limit {
+		return 0, errInjectedSpan
+	}
+	return f.File.ReadAt(p, off)
+}
+
+// TestReadaheadErrorSurfaces: an I/O error of a read ahead is the scan's
+// error; it is not hidden by reading the block again alone.
+func TestReadaheadErrorSurfaces(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	spec := randomSpec(rng, 5000, 1, false)
+	data, _ := writeTable(t, spec, WriterOptions{BlockSize: 256, BlockRestartInterval: 4, Compression: NoCompression})
+	f := &failingSpanFile{File: &bytesFile{data: data}, limit: 1 << 30}
+	c := cache.New(1 << 20)
+	r, err := NewReader(f, ReaderOptions{Cache: c, CacheID: c.NewID(), FileNum: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCacheClosed(t, c)
+	defer r.Close()
+	f.limit = 4 << 10
+	it := r.NewIter()
+	n := 0
+	for it.First(); it.Valid(); it.Next() {
+		n++
+	}
+	if err := it.Close(); !errors.Is(err, errInjectedSpan) {
+		t.Fatalf("scan after %d entries: %v, want the injected read error", n, err)
 	}
 }
