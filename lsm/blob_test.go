@@ -395,6 +395,7 @@ func TestBlobOrphansDeleted(t *testing.T) {
 	f.Close()
 	d = mustOpen(t, "db", o)
 	defer d.Close()
+	waitSwept(t, d) // the sweep runs after Open returns
 	if _, err := fs.Stat(orphan); err == nil {
 		t.Fatal("orphan blob file survived Open")
 	}

@@ -107,6 +107,9 @@ type DB struct {
 	bgWG    sync.WaitGroup
 	cleanCh chan struct{}
 	closeCh chan struct{}
+	// sweptCh is closed when the cleaner has finished (or, on Close,
+	// abandoned) the sweep of what Open found left behind.
+	sweptCh chan struct{}
 }
 
 type filterCounters struct{ checked, useful atomic.Int64 }
@@ -187,7 +190,10 @@ func (d *DB) checkOpen() error {
 
 // Close waits for background work, closes the WAL and every open file and
 // releases the directory lock. The WAL is synced first; without a WAL the
-// memtables are flushed. Iterators and snapshots must be closed before, and
+// memtables are flushed. Obsolete files whose deletion had not happened
+// (the inputs of a compaction that just finished, say) are left on disk
+// and deleted by the next Open, in the background: Close waits for at most
+// the one being unlinked. Iterators and snapshots must be closed before, and
 // no other call (a Compact, a Flush, a Checkpoint, a BlobGC) may still be
 // running.
 // Close returns any background error the DB met.
@@ -241,7 +247,8 @@ func (d *DB) Close() error {
 	for _, m := range mems {
 		m.unref()
 	}
-	d.deleteObsoleteFiles()
+	// Files obsolete now are not deleted here: the next Open's sweep
+	// deletes them, after it has returned (see obsolete.go).
 	d.mu.Lock()
 	errs = append(errs, d.mu.versions.Close())
 	d.mu.Unlock()

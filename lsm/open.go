@@ -48,6 +48,7 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 		lock:    lock,
 		cleanCh: make(chan struct{}, 1),
 		closeCh: make(chan struct{}),
+		sweptCh: make(chan struct{}),
 	}
 	d.cache = o.Cache
 	if d.cache == nil {
@@ -191,15 +192,13 @@ func Open(dirname string, opts *Options) (db *DB, err error) {
 	d.visibleSeq.Store(uint64(vs.LastSeq() + 1))
 	d.updateReadStateLocked()
 
-	d.mu.Unlock()
-	d.deleteObsoleteFiles()
-	d.deleteOrphans(names, staleLogsBelow)
-	d.mu.Lock()
-
+	// Files left behind, and the WALs just replayed, are deleted by the
+	// cleaner after Open returns (see obsolete.go): unlinking large tables
+	// is the slowest part of a reopen, and no durability rests on it.
 	d.bgWG.Add(1)
-	go d.cleanerLoop()
+	go d.cleanerLoop(names, staleLogsBelow)
 	d.maybeScheduleCompactionLocked()
-	d.maybeScheduleBlobGCLocked() // after deleteOrphans: GC creates files
+	d.maybeScheduleBlobGCLocked()
 	return d, nil
 }
 
@@ -271,39 +270,6 @@ func (d *DB) replayWAL(n base.FileNum, syncedSize int64, mem **memTable, maxSeq 
 		}
 	}
 	return false, nil
-}
-
-// deleteOrphans removes files a crash left behind: tables and blob files
-// no version references (outputs of an interrupted flush or compaction), temporary
-// files, old manifests, and WALs numbered below staleLogsBelow (the log
-// number the manifest had before this Open: WALs whose removal had not
-// reached the disk when the machine crashed).
-func (d *DB) deleteOrphans(names []string, staleLogsBelow base.FileNum) {
-	d.mu.Lock()
-	live := d.mu.versions.LiveFiles()
-	manifest := d.mu.versions.ManifestFileNum()
-	d.mu.Unlock()
-	for _, name := range names {
-		ft, n, ok := base.ParseFilename(name)
-		if !ok {
-			continue
-		}
-		var obsolete bool
-		switch ft {
-		case base.FileTypeTable, base.FileTypeBlob:
-			_, isLive := live[n]
-			obsolete = !isLive
-		case base.FileTypeTemp:
-			obsolete = true
-		case base.FileTypeManifest:
-			obsolete = n != manifest
-		case base.FileTypeLog:
-			obsolete = n < staleLogsBelow
-		}
-		if obsolete {
-			d.removeFile(ft, n)
-		}
-	}
 }
 
 // mkdirAllDurable creates dir and any missing parents, and syncs the parent

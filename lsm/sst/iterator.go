@@ -27,6 +27,9 @@ type tableIter struct {
 	// no longer.
 	block       cache.Handle
 	blockOffset uint64
+	// ra turns the block reads of a scan in file order into fewer,
+	// larger reads.
+	ra readahead
 
 	// acc, if not nil, reports data-block lookups to the tracer.
 	acc *trace.Access
@@ -87,7 +90,7 @@ func (it *tableIter) loadBlock() bool {
 		return false
 	}
 	if it.block.Value() == nil || h.offset != it.blockOffset {
-		b, hit, err := it.r.dataBlock(h, &it.index)
+		b, hit, err := it.r.dataBlock(h, &it.index, &it.ra)
 		// The old block goes either way: data is re-initialized below or
 		// the iterator fails.
 		it.data = blockIter{}
@@ -297,6 +300,7 @@ func (it *tableIter) Close() error {
 	it.data = blockIter{}
 	it.block.Release()
 	it.block = cache.Handle{}
+	it.ra = readahead{}
 	if it.err == nil {
 		it.err = base.ErrClosed
 		return nil

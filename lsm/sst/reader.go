@@ -286,16 +286,22 @@ func (r *Reader) readBlock(h blockHandle, kind blockKind, after, upTo []byte) ([
 // caching it). A block read from the file must also lie between its
 // separator and the one before. The block must not be modified, nor used
 // after the handle's Release. hit tells whether it came from the cache.
-func (r *Reader) dataBlock(h blockHandle, ii *blockIter) (b cache.Handle, hit bool, err error) {
+//
+// ra, if not nil, is the calling iterator's readahead state (see
+// readahead); nil reads the block alone.
+func (r *Reader) dataBlock(h blockHandle, ii *blockIter, ra *readahead) (b cache.Handle, hit bool, err error) {
 	c := r.opts.Cache
 	if b, ok := c.Get(r.opts.CacheID, r.opts.FileNum, h.offset); ok {
+		if ra != nil {
+			ra.noteHit(h)
+		}
 		return b, true, nil
 	}
 	after, err := indexKeyBefore(r.index, ii.offset)
 	if err != nil {
 		return cache.Handle{}, false, err
 	}
-	buf, err := r.readDataBlock(h, after, ii.key())
+	buf, err := r.readDataBlock(h, after, ii.key(), ra)
 	if err != nil {
 		return cache.Handle{}, false, err
 	}
@@ -311,17 +317,26 @@ var readScratch = sync.Pool{New: func() any { return new([]byte) }}
 // into a pooled scratch buffer, checked, and decompressed (or copied) into
 // the cache buffer, so that a miss leaves no garbage. The caller inserts
 // the buffer; on error it is freed.
-func (r *Reader) readDataBlock(h blockHandle, after, upTo []byte) (cache.Buffer, error) {
+func (r *Reader) readDataBlock(h blockHandle, after, upTo []byte, ra *readahead) (cache.Buffer, error) {
 	c := r.opts.Cache
-	sp := readScratch.Get().(*[]byte)
-	defer readScratch.Put(sp)
 	n := int(h.length + blockTrailerLen)
-	if cap(*sp) < n {
-		*sp = make([]byte, n)
+	var stored []byte
+	if ra != nil {
+		var err error
+		if stored, err = ra.read(r, h.offset, n); err != nil {
+			return cache.Buffer{}, err
+		}
 	}
-	stored := (*sp)[:n]
-	if err := r.readAt(stored, h.offset); err != nil {
-		return cache.Buffer{}, err
+	if stored == nil {
+		sp := readScratch.Get().(*[]byte)
+		defer readScratch.Put(sp)
+		if cap(*sp) < n {
+			*sp = make([]byte, n)
+		}
+		stored = (*sp)[:n]
+		if err := r.readAt(stored, h.offset); err != nil {
+			return cache.Buffer{}, err
+		}
 	}
 	contents, typ := stored[:h.length], stored[h.length]
 	if want, got := binary.LittleEndian.Uint32(stored[h.length+1:]), blockChecksum(contents, typ); got != want {
@@ -451,7 +466,7 @@ func (r *Reader) GetUnfilteredTraced(ukey []byte, seq base.SeqNum, acc *trace.Ac
 		if err != nil {
 			return nil, 0, 0, false, cache.Handle{}, err
 		}
-		bl, hit, err := r.dataBlock(bh, &ii)
+		bl, hit, err := r.dataBlock(bh, &ii, nil)
 		if err != nil {
 			return nil, 0, 0, false, cache.Handle{}, err
 		}

@@ -102,7 +102,7 @@ func TestTraceGetKeyCounts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _, err := r.dataBlock(bh, &ii)
+		b, _, err := r.dataBlock(bh, &ii, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
