@@ -617,6 +617,12 @@ func (d *DB) grandparentCutter(c *compaction) func(ukey []byte) bool {
 // (the flush), not once per level. A bottom-level table known to hold one
 // version per key and no deletion (FileMetadata.OneVersionPerKey) is not
 // rewritten.
+//
+// Before it returns, Compact deletes the files its compactions made
+// obsolete (those no open iterator or snapshot read still holds), rather
+// than leaving them to the background cleaner: a caller compacts to
+// reclaim space, and a Close right after would otherwise leave them on
+// disk until the next Open's sweep.
 func (d *DB) Compact(start, end []byte) error {
 	if err := d.checkOpen(); err != nil {
 		return err
@@ -627,6 +633,15 @@ func (d *DB) Compact(start, end []byte) error {
 	if err := d.Flush(); err != nil {
 		return err
 	}
+	if err := d.compactRange(start, end); err != nil {
+		return err
+	}
+	d.deleteObsoleteFiles()
+	return nil
+}
+
+// compactRange is Compact's work after the flush.
+func (d *DB) compactRange(start, end []byte) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.mu.manualCompactions++

@@ -249,3 +249,55 @@ func TestOpenDoesNotWaitForSweep(t *testing.T) {
 		t.Fatalf("tables on disk %v, want the live ones %v", disk, live)
 	}
 }
+
+// slowRemoveFS makes every Remove of a table take delay, as the unlink of
+// a large table does.
+type slowRemoveFS struct {
+	vfs.FS
+	delay time.Duration
+}
+
+func (s slowRemoveFS) Remove(name string) error {
+	if ft, _, ok := base.ParseFilename(name); ok && ft == base.FileTypeTable {
+		time.Sleep(s.delay)
+	}
+	return s.FS.Remove(name)
+}
+
+// TestCompactDeletesObsoleteTables: when Compact returns, the tables its
+// compactions replaced are gone from disk (no reader holds them), however
+// slow their unlinks: the space a caller compacts to reclaim is reclaimed,
+// and a Close right after leaves nothing for the next Open.
+func TestCompactDeletesObsoleteTables(t *testing.T) {
+	mem := vfs.NewMem()
+	o := testOptions(slowRemoveFS{FS: mem, delay: 50 * time.Millisecond})
+	o.L0CompactionThreshold = 100 // only the manual compaction below
+	o.L0SlowdownWritesThreshold = 200
+	o.L0StopWritesThreshold = 400
+	d := mustOpen(t, "db", o)
+	defer d.Close()
+	model := make(map[string][]byte)
+	for round := range 4 {
+		for i := range 200 {
+			k := fmt.Sprintf("k%04d", i*4+round)
+			v := fmt.Appendf(nil, "v%d-%d", round, i)
+			if err := d.Put([]byte(k), v, NoSync); err != nil {
+				t.Fatal(err)
+			}
+			model[k] = v
+		}
+		if err := d.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if before := tableFilesOnDisk(t, mem, "db"); len(before) < 4 {
+		t.Fatalf("tables before Compact %v, want the 4 flushed", before)
+	}
+	if err := d.Compact(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if disk, live := tableFilesOnDisk(t, mem, "db"), tablesInVersion(d); !slices.Equal(disk, live) {
+		t.Fatalf("when Compact returned, tables on disk %v, want the live ones %v", disk, live)
+	}
+	checkModel(t, d, model)
+}
