@@ -70,13 +70,19 @@ func putBlobKeys(t testing.TB, d *DB, model map[string][]byte, step, version, si
 
 func listBlobFiles(t testing.TB, fs vfs.FS, dir string) []base.FileNum {
 	t.Helper()
+	return filesOnDisk(t, fs, dir, base.FileTypeBlob)
+}
+
+// filesOnDisk lists the numbers of dir's files of type ft, sorted.
+func filesOnDisk(t testing.TB, fs vfs.FS, dir string, ft base.FileType) []base.FileNum {
+	t.Helper()
 	names, err := fs.List(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []base.FileNum
 	for _, n := range names {
-		if ft, num, ok := base.ParseFilename(n); ok && ft == base.FileTypeBlob {
+		if typ, num, ok := base.ParseFilename(n); ok && typ == ft {
 			out = append(out, num)
 		}
 	}

@@ -72,18 +72,7 @@ func waitSwept(t testing.TB, d *DB) {
 
 func tableFilesOnDisk(t testing.TB, fs vfs.FS, dir string) []base.FileNum {
 	t.Helper()
-	names, err := fs.List(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []base.FileNum
-	for _, n := range names {
-		if ft, num, ok := base.ParseFilename(n); ok && ft == base.FileTypeTable {
-			out = append(out, num)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return filesOnDisk(t, fs, dir, base.FileTypeTable)
 }
 
 func tablesInVersion(d *DB) []base.FileNum {
@@ -111,20 +100,7 @@ func TestCloseDoesNotWaitForObsoleteDeletion(t *testing.T) {
 	o.L0SlowdownWritesThreshold = 200
 	o.L0StopWritesThreshold = 400
 	d := mustOpen(t, "db", o)
-	model := make(map[string][]byte)
-	for round := range 4 {
-		for i := range 200 {
-			k := fmt.Sprintf("k%04d", i*4+round)
-			v := fmt.Appendf(nil, "v%d-%d", round, i)
-			if err := d.Put([]byte(k), v, NoSync); err != nil {
-				t.Fatal(err)
-			}
-			model[k] = v
-		}
-		if err := d.Flush(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	model := fillFlushedTables(t, d, 4)
 	// The iterator pins the version of the flushed tables, so that the
 	// compaction's inputs become obsolete only when it is closed, and
 	// are deleted by the cleaner.
@@ -276,20 +252,7 @@ func TestCompactDeletesObsoleteTables(t *testing.T) {
 	o.L0StopWritesThreshold = 400
 	d := mustOpen(t, "db", o)
 	defer d.Close()
-	model := make(map[string][]byte)
-	for round := range 4 {
-		for i := range 200 {
-			k := fmt.Sprintf("k%04d", i*4+round)
-			v := fmt.Appendf(nil, "v%d-%d", round, i)
-			if err := d.Put([]byte(k), v, NoSync); err != nil {
-				t.Fatal(err)
-			}
-			model[k] = v
-		}
-		if err := d.Flush(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	model := fillFlushedTables(t, d, 4)
 	if before := tableFilesOnDisk(t, mem, "db"); len(before) < 4 {
 		t.Fatalf("tables before Compact %v, want the 4 flushed", before)
 	}
@@ -300,4 +263,25 @@ func TestCompactDeletesObsoleteTables(t *testing.T) {
 		t.Fatalf("when Compact returned, tables on disk %v, want the live ones %v", disk, live)
 	}
 	checkModel(t, d, model)
+}
+
+// fillFlushedTables writes n tables of interleaved keys, one flush each,
+// and returns the model of what it wrote.
+func fillFlushedTables(t testing.TB, d *DB, n int) map[string][]byte {
+	t.Helper()
+	model := make(map[string][]byte)
+	for round := range n {
+		for i := range 200 {
+			k := fmt.Sprintf("k%04d", i*n+round)
+			v := fmt.Appendf(nil, "v%d-%d", round, i)
+			if err := d.Put([]byte(k), v, NoSync); err != nil {
+				t.Fatal(err)
+			}
+			model[k] = v
+		}
+		if err := d.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return model
 }
