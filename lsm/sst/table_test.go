@@ -340,16 +340,24 @@ func TestGetHitDoesNotAllocate(t *testing.T) {
 		}
 	}
 	i := 0
-	allocs := testing.AllocsPerRun(2000, func() {
-		k := keys[i%len(keys)]
-		i++
-		if _, _, _, found, err := getCopy(r, k, base.SeqNumMax, hashOf(k)); !found || err != nil {
-			t.Fatalf("Get(%q): %v %v", k, found, err)
+	// AllocsPerRun counts the whole process's allocations (integer
+	// division by the runs): goroutines an earlier test left winding down
+	// can add a few thousand on a loaded machine. A Get that allocates
+	// does so in every attempt; one clean attempt of five is a pass.
+	var allocs float64
+	for range 5 {
+		allocs = testing.AllocsPerRun(2000, func() {
+			k := keys[i%len(keys)]
+			i++
+			if _, _, _, found, err := getCopy(r, k, base.SeqNumMax, hashOf(k)); !found || err != nil {
+				t.Fatalf("Get(%q): %v %v", k, found, err)
+			}
+		})
+		if allocs == 0 {
+			return
 		}
-	})
-	if allocs != 0 {
-		t.Fatalf("Get with a warm cache allocates %.2f times per call", allocs)
 	}
+	t.Fatalf("Get with a warm cache allocates %.2f times per call", allocs)
 }
 
 func TestRangeTombstoneOnlyTable(t *testing.T) {
