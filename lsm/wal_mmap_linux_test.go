@@ -65,31 +65,7 @@ func TestMmapWALRecords(t *testing.T) {
 	if fi.Size() < size || fi.Size() > size && fi.Size()%walChunkBytes != 0 {
 		t.Fatalf("open mapped WAL: file size %d, want %d bytes written or a whole number of chunks above", fi.Size(), size)
 	}
-	readAll := func(stage string) {
-		t.Helper()
-		rf, err := os.Open(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rf.Close()
-		r := record.NewReader(rf)
-		for i, rec := range want {
-			got, err := r.Next()
-			if err != nil {
-				t.Fatalf("%s: record %d: %v", stage, i, err)
-			}
-			if !bytes.Equal(got, rec) {
-				t.Fatalf("%s: record %d differs", stage, i)
-			}
-		}
-		if _, err := r.Next(); err != io.EOF {
-			t.Fatalf("%s: after the last record: %v, want io.EOF", stage, err)
-		}
-		if r.TornTail() || r.EndOffset() != size {
-			t.Fatalf("%s: torn tail %v, end offset %d, want a clean end at %d", stage, r.TornTail(), r.EndOffset(), size)
-		}
-	}
-	readAll("while open")
+	checkWALRecords(t, "while open", name, want, size)
 	if err := wf.Sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +75,7 @@ func TestMmapWALRecords(t *testing.T) {
 	if fi, err := os.Stat(name); err != nil || fi.Size() != size {
 		t.Fatalf("closed mapped WAL: size %v (%v), want %d", fi.Size(), err, size)
 	}
-	readAll("after close")
+	checkWALRecords(t, "after close", name, want, size)
 	if _, err := wf.Write([]byte("x")); err == nil {
 		t.Fatal("Write after Close succeeded")
 	}
@@ -265,36 +241,39 @@ func TestMmapWALModeByWriteSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	size := rw.Size()
-	readAll := func(stage string) {
-		t.Helper()
-		rf, err := os.Open(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rf.Close()
-		r := record.NewReader(rf)
-		for i, rec := range want {
-			got, err := r.Next()
-			if err != nil {
-				t.Fatalf("%s: record %d: %v", stage, i, err)
-			}
-			if !bytes.Equal(got, rec) {
-				t.Fatalf("%s: record %d differs", stage, i)
-			}
-		}
-		if _, err := r.Next(); err != io.EOF {
-			t.Fatalf("%s: after the last record: %v, want io.EOF", stage, err)
-		}
-		if r.TornTail() || r.EndOffset() != size {
-			t.Fatalf("%s: torn tail %v, end offset %d, want a clean end at %d", stage, r.TornTail(), r.EndOffset(), size)
-		}
-	}
-	readAll("while open")
+	checkWALRecords(t, "while open", name, want, size)
 	if err := wf.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if n := walMappings(t, name); n != 0 {
 		t.Fatalf("closed WAL: %d mappings left", n)
 	}
-	readAll("after close")
+	checkWALRecords(t, "after close", name, want, size)
+}
+
+// checkWALRecords reads the WAL file name and checks that it holds exactly
+// want, ending cleanly at offset size.
+func checkWALRecords(t *testing.T, stage, name string, want [][]byte, size int64) {
+	t.Helper()
+	rf, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rf.Close()
+	r := record.NewReader(rf)
+	for i, rec := range want {
+		got, err := r.Next()
+		if err != nil {
+			t.Fatalf("%s: record %d: %v", stage, i, err)
+		}
+		if !bytes.Equal(got, rec) {
+			t.Fatalf("%s: record %d differs", stage, i)
+		}
+	}
+	if _, err := r.Next(); err != io.EOF {
+		t.Fatalf("%s: after the last record: %v, want io.EOF", stage, err)
+	}
+	if r.TornTail() || r.EndOffset() != size {
+		t.Fatalf("%s: torn tail %v, end offset %d, want a clean end at %d", stage, r.TornTail(), r.EndOffset(), size)
+	}
 }
