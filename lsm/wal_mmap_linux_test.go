@@ -20,16 +20,7 @@ import (
 // was written, with a zero tail), and after Close, which truncates the file
 // to the bytes written.
 func TestMmapWALRecords(t *testing.T) {
-	dir := t.TempDir()
-	name := filepath.Join(dir, "000001.log")
-	f, err := vfs.Default.Create(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wf := newWALFile(f, &Options{})
-	if _, ok := wf.(*mmapWAL); !ok {
-		t.Skip("no fallocate on this file system: the WAL uses write(2)")
-	}
+	wf, name := createMmapWAL(t, t.TempDir(), "000001.log")
 	w := record.NewWriter(wf)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var want [][]byte
@@ -101,20 +92,7 @@ func TestMmapWALDisabled(t *testing.T) {
 // tail before the final sync.
 func TestMmapWALChunkEdges(t *testing.T) {
 	dir := t.TempDir()
-	open := func(name string) (*mmapWAL, string) {
-		t.Helper()
-		name = filepath.Join(dir, name)
-		f, err := vfs.Default.Create(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wf, ok := newWALFile(f, &Options{}).(*mmapWAL)
-		if !ok {
-			t.Skip("no fallocate on this file system: the WAL uses write(2)")
-		}
-		return wf, name
-	}
-	w, name := open("000001.log")
+	w, name := createMmapWAL(t, dir, "000001.log")
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +100,7 @@ func TestMmapWALChunkEdges(t *testing.T) {
 		t.Fatalf("WAL closed unwritten: size %v (%v), want 0", fi.Size(), err)
 	}
 
-	w, name = open("000002.log")
+	w, name = createMmapWAL(t, dir, "000002.log")
 	rng := rand.New(rand.NewPCG(3, 4))
 	var want []byte
 	write := func(n int) {
@@ -192,18 +170,8 @@ func walMappings(t *testing.T, name string) int {
 // with 4 KiB records the background faulting cost more than the write(2)
 // system calls it saved.
 func TestMmapWALModeByWriteSize(t *testing.T) {
-	dir := t.TempDir()
-	name := filepath.Join(dir, "000001.log")
-	f, err := vfs.Default.Create(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wf := newWALFile(f, &Options{})
-	w, ok := wf.(*mmapWAL)
-	if !ok {
-		t.Skip("no fallocate on this file system: the WAL uses write(2)")
-	}
-	rw := record.NewWriter(wf)
+	w, name := createMmapWAL(t, t.TempDir(), "000001.log")
+	rw := record.NewWriter(w)
 	rng := rand.New(rand.NewPCG(5, 6))
 	var want [][]byte
 	// phase writes records of about size bytes, one Write each, until
@@ -242,7 +210,7 @@ func TestMmapWALModeByWriteSize(t *testing.T) {
 	}
 	size := rw.Size()
 	checkWALRecords(t, "while open", name, want, size)
-	if err := wf.Close(); err != nil {
+	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if n := walMappings(t, name); n != 0 {
@@ -276,4 +244,20 @@ func checkWALRecords(t *testing.T, stage, name string, want [][]byte, size int64
 	if r.TornTail() || r.EndOffset() != size {
 		t.Fatalf("%s: torn tail %v, end offset %d, want a clean end at %d", stage, r.TornTail(), r.EndOffset(), size)
 	}
+}
+
+// createMmapWAL creates the WAL file name in dir as Open would, and skips
+// the test where the WAL would not be mapped (no fallocate).
+func createMmapWAL(t *testing.T, dir, name string) (*mmapWAL, string) {
+	t.Helper()
+	name = filepath.Join(dir, name)
+	f, err := vfs.Default.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, ok := newWALFile(f, &Options{}).(*mmapWAL)
+	if !ok {
+		t.Skip("no fallocate on this file system: the WAL uses write(2)")
+	}
+	return w, name
 }
