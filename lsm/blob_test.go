@@ -453,6 +453,60 @@ func coldBlobScanDB(t *testing.T, n int) (vfs.FS, *Options, *DB, map[string][]by
 	return fs, o, mustOpen(t, "db", o), model
 }
 
+// TestBlobScanReadsAheadInManyFiles: a scan over keys written in random
+// order meets the records of every flush's blob file in turn. With 20
+// such files interleaved (one more than the old 8 readahead slots could
+// keep), it still reads each file in windows, not one read per value.
+func TestBlobScanReadsAheadInManyFiles(t *testing.T) {
+	const files, perFile = 20, 50
+	fs := vfs.NewMem()
+	o := blobTestOptions(fs, 64)
+	o.BlobTargetFileSizeBytes = 64 << 20
+	d := mustOpen(t, "db", o)
+	model := map[string][]byte{}
+	// Flush f holds keys f, f+files, f+2*files, ...: every file's records
+	// are spread over the whole key range.
+	for f := range files {
+		for i := range perFile {
+			k := fmt.Sprintf("k%04d", i*files+f)
+			v := blobValueFor(k, 0, 1000)
+			if err := d.Put([]byte(k), v, NoSync); err != nil {
+				t.Fatal(err)
+			}
+			model[k] = v
+		}
+		if err := d.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := d.Metrics().Blob.Files; n < files {
+		t.Fatalf("%d blob files, want %d", n, files)
+	}
+	d.Close()
+	d = mustOpen(t, "db", o) // cold caches
+	defer d.Close()
+	before := d.Metrics().Blob.FileCacheLookups
+	it, err := d.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		if !bytes.Equal(it.Value(), model[string(it.Key())]) {
+			t.Fatalf("value of %s", it.Key())
+		}
+		seen++
+	}
+	if err := it.Close(); err != nil || seen != files*perFile {
+		t.Fatalf("scan: %d keys, %v", seen, err)
+	}
+	reads := d.Metrics().Blob.FileCacheLookups - before
+	t.Logf("%d values in %d files scanned with %d blob reads", seen, files, reads)
+	if reads > int64(seen/4) {
+		t.Fatalf("scan of %d values in %d files made %d blob reads: readahead lost between files", seen, files, reads)
+	}
+}
+
 // TestBlobScanReadsAhead: a scan over separated values that lie in blob
 // file order, through a cold blob cache, reads the file in windows, not
 // one positioned read per value (counted as reader-cache lookups, one per
