@@ -3,10 +3,12 @@ package blob
 import (
 	"fmt"
 	"sync"
+
+	"github.com/cairnkv/cairn/lsm/internal/offheap"
 )
 
 // The allocator hands out the cache's buffers from slabs that live outside
-// the Go heap (mmap'd on Unix, see mmap_unix.go). A slab serves one size
+// the Go heap (mapped by lsm/internal/offheap). A slab serves one size
 // class; classes grow by 1/8 from minClass, so at most about 12% of a
 // buffer is rounding waste. Requests above maxClass get a mapping of their
 // own. A slab whose chunks are all free is unmapped (unless it is the last
@@ -97,9 +99,9 @@ func (a *allocator) alloc(n int) (*buffer, error) {
 		return nil, fmt.Errorf("blob: cache closed")
 	}
 	if c < 0 {
-		mem, err := mmapBytes(n)
+		mem, err := offheap.Map(n)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("blob: blob cache: %w", err)
 		}
 		a.mappedBytes += int64(len(mem))
 		a.outstanding++
@@ -110,9 +112,9 @@ func (a *allocator) alloc(n int) (*buffer, error) {
 		s = p[len(p)-1]
 	} else {
 		size := classSizes[c]
-		mem, err := mmapSlab()
+		mem, err := offheap.MapAligned(slabSize)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("blob: blob cache: %w", err)
 		}
 		s = &slab{mem: mem, class: c}
 		for i := len(mem)/size - 1; i >= 0; i-- {
@@ -141,7 +143,7 @@ func (a *allocator) free(buf *buffer) {
 	a.outstanding--
 	if buf.slab == nil {
 		a.mappedBytes -= int64(len(buf.mem))
-		munmapBytes(buf.mem)
+		offheap.Unmap(buf.mem)
 		buf.b, buf.mem = nil, nil
 		return
 	}
@@ -167,7 +169,7 @@ func (a *allocator) free(buf *buffer) {
 		}
 		delete(a.slabs, s)
 		a.mappedBytes -= int64(len(s.mem))
-		munmapBytes(s.mem)
+		offheap.Unmap(s.mem)
 		s.mem = nil
 	}
 }
@@ -189,7 +191,7 @@ func (a *allocator) close() error {
 		return fmt.Errorf("blob: cache closed with %d buffers still referenced (leaked handles)", a.outstanding)
 	}
 	for s := range a.slabs {
-		munmapBytes(s.mem)
+		offheap.Unmap(s.mem)
 		a.mappedBytes -= int64(len(s.mem))
 	}
 	a.slabs = nil

@@ -2,12 +2,15 @@ package cache
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
+
+	"github.com/cairnkv/cairn/lsm/internal/offheap"
 )
 
 // The allocator hands out the memory of cached blocks from slabs that live
-// outside the Go heap (mmap'd on Unix, see mmap_unix.go). It is the blob
+// outside the Go heap (mapped by lsm/internal/offheap). It is the blob
 // cache's allocator (lsm/blob/alloc.go) with finer size classes: a slab
 // serves one size class; classes grow by 1/16 from minClass (64-byte
 // aligned), so at most about 6% of a chunk is rounding waste. Data blocks
@@ -85,10 +88,10 @@ type mappings struct {
 
 func (m *mappings) unmapAll() {
 	for s := range m.slabs {
-		munmapBytes(s.mem)
+		offheap.Unmap(s.mem)
 	}
 	for _, b := range m.big {
-		munmapBytes(b)
+		offheap.Unmap(b)
 	}
 	m.slabs, m.big = nil, nil
 }
@@ -127,9 +130,9 @@ func (a *allocator) alloc(n int) (*buffer, error) {
 		return nil, errors.New("cache: block cache closed")
 	}
 	if c < 0 {
-		mem, err := mmapBytes(n)
+		mem, err := offheap.Map(n)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("cache: block cache: %w", err)
 		}
 		a.maps.big[&mem[0]] = mem
 		a.mappedBytes += int64(len(mem))
@@ -142,9 +145,9 @@ func (a *allocator) alloc(n int) (*buffer, error) {
 		s = p[len(p)-1]
 	} else {
 		size := classSizes[c]
-		mem, err := mmapSlab()
+		mem, err := offheap.MapAligned(slabSize)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("cache: block cache: %w", err)
 		}
 		s = &slab{mem: mem, class: c}
 		for i := len(mem)/size - 1; i >= 0; i-- {
@@ -183,7 +186,7 @@ func (a *allocator) free(buf *buffer) {
 		delete(a.maps.big, &mem[0])
 		a.mappedBytes -= int64(len(mem))
 		a.liveBytes -= int64(len(mem))
-		munmapBytes(mem)
+		offheap.Unmap(mem)
 		buf.b = nil
 		return
 	}
@@ -209,7 +212,7 @@ func (a *allocator) free(buf *buffer) {
 		}
 		delete(a.maps.slabs, s)
 		a.mappedBytes -= int64(len(s.mem))
-		munmapBytes(s.mem)
+		offheap.Unmap(s.mem)
 		s.mem = nil
 	}
 }

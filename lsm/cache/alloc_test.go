@@ -1,6 +1,10 @@
 package cache
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/cairnkv/cairn/lsm/internal/offheap"
+)
 
 // BenchmarkAllocFree compares the allocator (a chunk of a slab) with one
 // mapping per block, for a 4.2 KiB block written once (as a miss's read
@@ -23,12 +27,12 @@ func BenchmarkAllocFree(b *testing.B) {
 	})
 	b.Run("mmap-per-block", func(b *testing.B) {
 		for b.Loop() {
-			m, err := mmapBytes(n)
+			m, err := offheap.Map(n)
 			if err != nil {
 				b.Fatal(err)
 			}
 			m[0], m[n-1] = 1, 1
-			munmapBytes(m)
+			offheap.Unmap(m)
 		}
 	})
 }

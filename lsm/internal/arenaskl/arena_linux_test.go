@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/cairnkv/cairn/lsm/internal/offheap"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,10 +44,10 @@ func smapsField(t *testing.T, addr uintptr, field string) string {
 // that the kernel can back it with transparent huge pages from its first
 // byte. The old arena was a plain page-aligned mapping without the advice.
 func TestArenaHugePageAligned(t *testing.T) {
-	for _, size := range []int{hugePageBytes, 64 << 20, 64<<20 + 12345} {
+	for _, size := range []int{offheap.HugePageBytes, 64 << 20, 64<<20 + 12345} {
 		a := NewArena(size)
 		p := uintptr(unsafe.Pointer(unsafe.SliceData(a.buf)))
-		if p%hugePageBytes != 0 {
+		if p%offheap.HugePageBytes != 0 {
 			t.Fatalf("arena of %d bytes at %#x: not 2 MiB aligned", size, p)
 		}
 		flags := smapsField(t, p, "VmFlags")
@@ -97,7 +98,7 @@ func TestArenaFillFaults(t *testing.T) {
 	if _, err := fmt.Sscanf(strings.TrimPrefix(rss, "Rss:"), "%d kB", &rssKiB); err != nil {
 		t.Fatalf("smaps %q: %v", rss, err)
 	}
-	if limit := int64(part+hugePageBytes) >> 10; rssKiB > limit {
+	if limit := int64(part+offheap.HugePageBytes) >> 10; rssKiB > limit {
 		t.Fatalf("arena written to %d bytes: %d KiB resident, above %d KiB", part, rssKiB, limit)
 	}
 	for off := uint32(part); off < size; off += 4096 {

@@ -5,8 +5,8 @@ package arenaskl
 import (
 	"fmt"
 	"sync/atomic"
-	"unsafe"
 
+	"github.com/cairnkv/cairn/lsm/internal/offheap"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,61 +21,22 @@ var poisonOnRelease atomic.Bool
 // tests; it returns the previous setting. Without mmap it does nothing.
 func SetPoisonOnRelease(on bool) bool { return poisonOnRelease.Swap(on) }
 
-// hugePageBytes is the size of a transparent huge page on the systems that
-// have them (x86-64 and arm64 with 4 KiB base pages).
-const hugePageBytes = 2 << 20
-
-// allocBuffer maps n bytes of anonymous private memory, outside the Go
-// heap. The pages are zero and cost nothing until touched.
-//
-// A buffer of at least one huge page starts on a huge-page boundary and is
-// advised for transparent huge pages (adviseHugePages): the memtable writes
-// its arena front to back, so without them every 4 KiB page faults once on
-// the writer's path (a fault costs several microseconds in a virtual
-// machine; 16k of them per 64 MiB arena); with them one fault maps 2 MiB.
-// Because the arena fills sequentially, the resident memory it costs is at
-// most one huge page above what has been written. The alignment is what lets
-// the kernel use huge pages from the first byte: it maps twice the size
-// and unmaps the unaligned head and tail (the virtual address space only).
+// allocBuffer maps n bytes outside the Go heap. An arena of a huge page or
+// more is aligned and advised for huge pages (offheap.MapAligned): the
+// memtable writes its arena front to back, so without them every 4 KiB page
+// faults once on the writer's path; with them one fault maps 2 MiB. Because
+// the arena fills sequentially, the resident memory it costs is at most one
+// huge page above what has been written.
 func allocBuffer(n int) []byte {
 	if n == 0 {
 		return nil
 	}
-	if n < hugePageBytes {
-		return mmapAnon(n)
-	}
-	// Unmapping works in whole pages: the kept range ends on one.
-	pageBytes := unix.Getpagesize()
-	mapped := (n + pageBytes - 1) / pageBytes * pageBytes
-	b := mmapAnon(mapped + hugePageBytes)
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	head := int((hugePageBytes - p%hugePageBytes) % hugePageBytes)
-	if head > 0 {
-		munmap(b[:head])
-	}
-	if tail := len(b) - head - mapped; tail > 0 {
-		munmap(b[head+mapped:])
-	}
-	b = b[head : head+n : head+n]
-	adviseHugePages(b)
-	return b
-}
-
-// mmapAnon maps n bytes of anonymous private memory.
-func mmapAnon(n int) []byte {
-	p, err := unix.MmapPtr(-1, 0, nil, uintptr(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	b, err := offheap.MapAligned(n)
 	if err != nil {
 		// As make would when out of memory: the memtable cannot exist.
-		panic(fmt.Sprintf("arenaskl: mapping a %d-byte arena: %v", n, err))
+		panic(fmt.Sprintf("arenaskl: a %d-byte arena: %v", n, err))
 	}
-	return unsafe.Slice((*byte)(p), n)
-}
-
-// munmap unmaps b, all or part of a mapping of mmapAnon.
-func munmap(b []byte) {
-	if err := unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(b)), uintptr(len(b))); err != nil {
-		panic(fmt.Sprintf("arenaskl: munmap: %v", err)) // a broken invariant: we mapped it
-	}
+	return b
 }
 
 // freeBuffer unmaps a buffer of allocBuffer.
@@ -92,5 +53,5 @@ func freeBuffer(b []byte) {
 		}
 		return
 	}
-	munmap(b)
+	offheap.Unmap(b)
 }

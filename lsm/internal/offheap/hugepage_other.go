@@ -1,5 +1,5 @@
 //go:build unix && !linux
 
-package blob
+package offheap
 
 func adviseHugePages([]byte) {}
