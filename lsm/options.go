@@ -179,16 +179,16 @@ type Options struct {
 	DisableWAL bool
 	// DisableWALMmap makes WAL appends use write(2). By default, on Linux
 	// and the operating system's file system, the WAL is appended to
-	// through a shared memory mapping of the file (space reserved with
-	// fallocate a few MiB ahead): a write is a copy into the kernel's page
-	// cache with no system call, and an acknowledged NoSync write survives
-	// a kill of the process exactly as with write(2). While the writes
-	// average 2 KiB or more (large values), the WAL uses pwrite(2) anyway,
-	// chunk by chunk: there the mapping's page faults cost more than the
-	// system calls they save. Sync is fsync
-	// either way. Set it for file systems where mappings of files are
-	// unwanted (e.g. network file systems); it is also the fallback where
-	// fallocate is unsupported.
+	// through a shared memory mapping of the file, 1 MiB chunk by chunk,
+	// each reserved with fallocate before it is mapped: a write is a copy
+	// into the kernel's page cache with no system call, and an
+	// acknowledged NoSync write survives a kill of the process exactly as
+	// with write(2). While the writes average 2 KiB or more (large
+	// values), the WAL uses pwrite(2) anyway, chunk by chunk: there the
+	// mapping's page faults cost more than the system calls they save.
+	// Sync is fsync either way. Set it for file systems where mappings of
+	// files are unwanted (e.g. network file systems); it is also the
+	// fallback where fallocate is unsupported.
 	DisableWALMmap bool
 	// WALBufferedWrites trades the default durability of unsynced writes
 	// for speed (as Pebble's WAL does). A write appends its WAL record to
