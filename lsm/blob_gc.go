@@ -430,15 +430,11 @@ func (d *DB) gcBlobFilesLocked(ms []*version.BlobFileMetadata) error {
 
 // gcCopyLive copies the records of ms whose key still points at them into
 // new blob files (synced, with the directory), returned in sep.done: the
-// caller installs them or abandons sep. Paced to BlobGCBytesPerSec while
-// GC is not behind (see blobGCDebtSpaceAmp).
+// caller installs them or abandons sep, which it gets on error too.
+// Paced to BlobGCBytesPerSec while GC is not behind (see
+// blobGCDebtSpaceAmp).
 func (d *DB) gcCopyLive(ms []*version.BlobFileMetadata) (cands []gcCandidate, sep *blobSeparator, bytesRead int64, err error) {
 	sep = &blobSeparator{d: d, minSize: 0}
-	defer func() {
-		if err != nil {
-			sep.abandon()
-		}
-	}()
 	lim := newRateLimiter(d.opts.BlobGCBytesPerSec, d.closeCh)
 	lim.unpaced = func() bool {
 		d.mu.Lock()
@@ -457,12 +453,12 @@ func (d *DB) gcCopyLive(ms []*version.BlobFileMetadata) (cands []gcCandidate, se
 		c, err := d.gcCopyFile(m, sep, lim, &n)
 		bytesRead += n
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, sep, 0, err
 		}
 		cands = append(cands, c...)
 	}
 	if _, err = sep.finish(); err != nil {
-		return nil, nil, 0, err
+		return nil, sep, 0, err
 	}
 	return cands, sep, bytesRead, nil
 }

@@ -257,3 +257,43 @@ func TestBlobGCInstallFails(t *testing.T) {
 		})
 	}
 }
+
+// TestBlobGCCopyFailsRemovesOutputs: blob GC fails while copying live
+// records, on the creation of its second output file, after the first
+// was finished. Both must be gone when BlobGC returns (they were kept
+// until the next Open's sweep), and every value still reads.
+func TestBlobGCCopyFailsRemovesOutputs(t *testing.T) {
+	mem := vfs.NewMem()
+	var armed atomic.Bool
+	var finished atomic.Int32
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+		if !armed.Load() || !strings.HasSuffix(path, ".blob") {
+			return nil
+		}
+		switch {
+		case op == errorfs.OpSync:
+			finished.Add(1)
+		case op == errorfs.OpCreate && finished.Load() > 0:
+			return errorfs.ErrInjected
+		}
+		return nil
+	}))
+	d, model := gcTestDB(t, fs)
+	o := d.opts
+	// Small outputs: the first file's copy rolls over several.
+	d.opts.BlobTargetFileSizeBytes = 4 << 10
+	armed.Store(true)
+	err := d.BlobGC(0.3)
+	armed.Store(false)
+	if !errors.Is(err, errorfs.ErrInjected) {
+		t.Fatalf("BlobGC = %v, want the injected error", err)
+	}
+	if left := unreferencedFiles(t, mem, d); len(left) > 0 {
+		t.Errorf("outputs of the failed blob GC left on disk: %v", left)
+	}
+	checkModel(t, d, model)
+	d.Close()
+	d = reopenSweepsNothing(t, mem, o)
+	defer d.Close()
+	checkModel(t, d, model)
+}

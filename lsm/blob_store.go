@@ -419,7 +419,7 @@ func (s *blobSeparator) finishCurrent() error {
 	}
 	s.cur = nil
 	if err != nil {
-		s.d.fs.Remove(base.MakeFilepath(s.d.dirname, base.FileTypeBlob, s.curNum))
+		s.d.removeFile(base.FileTypeBlob, s.curNum)
 		return err
 	}
 	s.bytesWritten += int64(st.Size)
@@ -446,18 +446,21 @@ func (s *blobSeparator) finish() ([]*version.BlobFileMetadata, error) {
 	return s.done, nil
 }
 
-// abandon removes every blob file the separator wrote.
+// abandon removes every blob file the separator wrote, the ones finish
+// returned included: the caller calls it on any failure before the files
+// reach a manifest edit. A file it cannot remove is logged and left to the
+// next Open's sweep (nothing references it).
 func (s *blobSeparator) abandon() {
 	if s == nil {
 		return
 	}
 	if s.cur != nil {
 		s.curFile.Close()
-		s.d.fs.Remove(base.MakeFilepath(s.d.dirname, base.FileTypeBlob, s.curNum))
+		s.d.removeFile(base.FileTypeBlob, s.curNum)
 		s.cur = nil
 	}
 	for _, m := range s.done {
-		s.d.fs.Remove(base.MakeFilepath(s.d.dirname, base.FileTypeBlob, m.FileNum))
+		s.d.removeFile(base.FileTypeBlob, m.FileNum)
 	}
 	s.done = nil
 }

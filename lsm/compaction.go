@@ -314,11 +314,14 @@ func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (res compacti
 		}()
 	}
 	wg.Wait()
+	// removeAll removes every output of every part: tables, and blob
+	// files finished, rolled over or still open (a finished separator
+	// still lists its files).
 	removeAll := func() {
 		for _, p := range parts {
 			p.sep.abandon()
 			for _, f := range p.outputs {
-				d.fs.Remove(base.MakeFilepath(d.dirname, base.FileTypeTable, f.FileNum))
+				d.removeFile(base.FileTypeTable, f.FileNum)
 			}
 		}
 	}
@@ -332,7 +335,6 @@ func (d *DB) compactTables(c *compaction, snapshots []base.SeqNum) (res compacti
 	for i := range parts {
 		p := &parts[i]
 		blobs, err := p.sep.finish()
-		p.sep = nil // finished, or abandoned by finish's failure
 		if err != nil {
 			removeAll()
 			return compactionResult{}, err
@@ -398,7 +400,7 @@ func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blo
 		}
 		if err != nil {
 			for _, f := range outputs {
-				d.fs.Remove(base.MakeFilepath(d.dirname, base.FileTypeTable, f.FileNum))
+				d.removeFile(base.FileTypeTable, f.FileNum)
 			}
 			outputs = nil
 		}

@@ -338,7 +338,7 @@ func (t *tableOutput) finish(d *DB, w *sst.Writer) (*version.FileMetadata, error
 		err = d.syncDir()
 	}
 	if err != nil {
-		d.fs.Remove(base.MakeFilepath(d.dirname, base.FileTypeTable, t.fileNum))
+		d.removeFile(base.FileTypeTable, t.fileNum)
 		return nil, err
 	}
 	return &version.FileMetadata{
@@ -357,5 +357,5 @@ func (t *tableOutput) finish(d *DB, w *sst.Writer) (*version.FileMetadata, error
 // abandon closes and removes an unfinished table.
 func (t *tableOutput) abandon(d *DB) {
 	t.file.Close()
-	d.fs.Remove(base.MakeFilepath(d.dirname, base.FileTypeTable, t.fileNum))
+	d.removeFile(base.FileTypeTable, t.fileNum)
 }

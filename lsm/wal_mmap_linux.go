@@ -187,11 +187,17 @@ func (w *mmapWAL) mapNext() bool {
 	return w.chunkWrites == 0 || (w.off-w.chunkOff)/w.chunkWrites < walMmapMaxWriteBytes
 }
 
+// walPwrite is pwrite(2), a variable only so that tests can make it fail
+// or write short: the WAL writes through its descriptor, beneath the FS
+// seam (Options.FS) where the error-injecting FS works, and this is the
+// one call on that path that can fail part-way through a record.
+var walPwrite = unix.Pwrite
+
 // pwriteFull writes all of p at off, retrying short writes.
 func pwriteFull(fd int, p []byte, off int64) (int, error) {
 	n := 0
 	for n < len(p) {
-		c, err := unix.Pwrite(fd, p[n:], off+int64(n))
+		c, err := walPwrite(fd, p[n:], off+int64(n))
 		if c > 0 {
 			n += c
 		}
