@@ -9,7 +9,9 @@
 // Loads: alu (a register-only hash loop), mem (dependent random loads
 // from a 256 MiB array per goroutine: cache and TLB misses, as an index
 // or filter lookup in a large table makes), pread (4 KiB preads at random
-// offsets of a 64 MiB file in the page cache).
+// offsets of a 64 MiB file in the page cache, one file shared by the
+// goroutines, as an engine's readers share its tables), pread-own (the
+// same, a file per goroutine).
 package main
 
 import (
@@ -43,6 +45,7 @@ func main() {
 		log.Fatal(err)
 	}
 	defer f.Close()
+	ownFiles := 0
 	loads := []struct {
 		name string
 		new  func() func() // returns one goroutine's operation
@@ -50,9 +53,17 @@ func main() {
 		{"alu", aluOp},
 		{"mem", memOp},
 		{"pread", func() func() { return preadOp(f) }},
+		{"pread-own", func() func() {
+			own, err := preadFile(filepath.Join(dir, fmt.Sprintf("own-%d", ownFiles)))
+			if err != nil {
+				log.Fatal(err)
+			}
+			ownFiles++
+			return preadOp(own)
+		}},
 	}
 	fmt.Printf("GOMAXPROCS %d, NumCPU %d, %s per measurement, median of %d\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), *duration, *rounds)
-	fmt.Printf("%-6s %14s %14s %7s\n", "load", "1 goroutine/s", "2 goroutines/s", "ratio")
+	fmt.Printf("%-9s %14s %14s %7s\n", "load", "1 goroutine/s", "2 goroutines/s", "ratio")
 	for _, l := range loads {
 		// One instance per goroutine, set up once, outside the timed part.
 		ops := []func(){l.new(), l.new()}
@@ -62,7 +73,7 @@ func main() {
 			two = append(two, measure(ops, *duration))
 		}
 		m1, m2 := median(one), median(two)
-		fmt.Printf("%-6s %14.0f %14.0f %7.2f\n", l.name, m1, m2, m2/m1)
+		fmt.Printf("%-9s %14.0f %14.0f %7.2f\n", l.name, m1, m2, m2/m1)
 	}
 }
 
