@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cairnkv/cairn/lsm/vfs"
@@ -116,6 +117,29 @@ func BenchmarkReadRandom(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkReadRandomParallel is readrandom with b.RunParallel over tables
+// as a fill leaves them (not compacted), all blocks cached: run it with
+// -cpu 1,2 to see how Gets on two cores get in each other's way (shared
+// counters, reference counts) without the page cache's costs.
+func BenchmarkReadRandomParallel(b *testing.B) {
+	d := benchDB(b)
+	fillDB(b, d, benchKeys)
+	waitBackgroundIdle(d)
+	var seed atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		rng := rand.New(rand.NewPCG(seed.Add(1), 4))
+		var key []byte
+		for pb.Next() {
+			key = benchKey(key, rng.Uint64N(benchKeys))
+			if err := d.GetFunc(key, func([]byte) error { return nil }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 func BenchmarkReadMissing(b *testing.B) {

@@ -112,7 +112,7 @@ type DB struct {
 	sweptCh chan struct{}
 }
 
-type filterCounters struct{ checked, useful atomic.Int64 }
+type filterCounters struct{ checked, useful stripedCounter }
 
 // dbStats are the counters behind Metrics. REQUIRES: d.mu held to update.
 type dbStats struct {
@@ -242,7 +242,7 @@ func (d *DB) Close() error {
 	d.mu.imm = nil
 	d.mu.Unlock()
 	if rs != nil {
-		rs.unref()
+		rs.retire()
 	}
 	for _, m := range mems {
 		m.unref()

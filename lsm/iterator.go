@@ -17,7 +17,7 @@ import (
 //
 // An iterator pins the memtables and files it reads: close it promptly.
 type Iterator struct {
-	rs    *readState
+	rs    readRef
 	iter  *mergingIter
 	snap  base.SeqNum
 	tombs []*rangedel.Set
@@ -87,7 +87,7 @@ func (d *DB) NewIter(o *IterOptions) (*Iterator, error) {
 		snap = opts.Snapshot.seq
 	}
 	rs := d.loadReadState()
-	if rs == nil {
+	if rs.readState == nil {
 		return nil, ErrClosed
 	}
 	if opts.Snapshot == nil && snap < rs.minLatestSeq {

@@ -58,8 +58,7 @@ type memTable struct {
 	tombs atomic.Pointer[rangedel.Set]
 
 	// Statistics for Metrics.
-	bloomChecked atomic.Int64
-	bloomUseful  atomic.Int64
+	bloomChecked, bloomUseful stripedCounter
 }
 
 // memTableArenaOverheadBytes bounds the arena space an entry takes beyond
@@ -178,9 +177,9 @@ func (m *memTable) rawTombstones() []base.RangeTombstone {
 // a sequence number below snap). h is filter.Hash(ukey).
 func (m *memTable) get(ukey []byte, snap base.SeqNum, h uint64) (value []byte, kind base.Kind, seq base.SeqNum, found bool) {
 	if m.bloom != nil {
-		m.bloomChecked.Add(1)
+		m.bloomChecked.inc(h)
 		if !m.bloom.MayContain(h) {
-			m.bloomUseful.Add(1)
+			m.bloomUseful.inc(h)
 			return nil, 0, 0, false
 		}
 	}
