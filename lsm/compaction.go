@@ -171,7 +171,9 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 		// them as its garbage), and GC leaves alone only the files
 		// blobGC.relocating holds.
 		if d.mu.blobGC.relocating == nil {
-			c.relocate = d.blobRelocationSetLocked(c.version)
+			if c.relocate == nil { // a full Compact sets its own (blob_compact.go)
+				c.relocate = d.blobRelocationSetLocked(c.version)
+			}
 			if len(c.relocate) > 0 {
 				d.mu.blobGC.relocating = c.relocate
 				defer func() { d.mu.blobGC.relocating = nil }()
@@ -694,6 +696,9 @@ func (d *DB) compactRange(start, end []byte) error {
 			d.setBackgroundErrorLocked(err)
 			return err
 		}
+	}
+	if start == nil && end == nil {
+		return d.compactBlobGarbageLocked()
 	}
 	return nil
 }
