@@ -70,43 +70,55 @@ func TestBlobFullCompactReclaimsGarbage(t *testing.T) {
 	waitBlobFilesOnDisk(t, fs, "db", func() []base.FileNum { return blobFilesOf(d) })
 }
 
-// TestBlobFullCompactRelocationFails: a write of a relocation batch's
-// output blob file fails. Compact returns the error, the batch's outputs
-// are removed (no orphan blob file), and every key reads its newest
-// value, before and after a reopen.
+// TestBlobFullCompactRelocationFails: a write of a relocation batch fails:
+// of its output blob file, or of the manifest edit installing it.
+// Compact returns the error and every key reads its newest value, before
+// and after a reopen. A failed blob write leaves no orphan blob file
+// behind; after a failed manifest write (the edit may or may not have
+// reached the manifest) the reopen deletes the outputs or keeps them
+// referenced.
 func TestBlobFullCompactRelocationFails(t *testing.T) {
-	mem := vfs.NewMem()
-	var armed atomic.Bool
-	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
-		if armed.Load() && op == errorfs.OpWrite && strings.HasSuffix(path, ".blob") {
-			return errorfs.ErrInjected
-		}
-		return nil
-	}))
-	d, model := fullCompactTestDB(t, fs)
-	o := d.opts
-	// Fail the second relocating batch: the first stays installed.
-	batches := 0
-	d.mu.Lock()
-	d.mu.compactions.beforeWrite = func(c *compaction) {
-		if len(c.relocate) > 0 {
-			batches++
-			if batches == 2 {
-				armed.Store(true)
+	for _, tc := range []struct {
+		name   string
+		suffix string
+	}{{"blob", ".blob"}, {"manifest", "MANIFEST"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := vfs.NewMem()
+			var armed atomic.Bool
+			fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+				if armed.Load() && op == errorfs.OpWrite && strings.Contains(path, tc.suffix) {
+					return errorfs.ErrInjected
+				}
+				return nil
+			}))
+			d, model := fullCompactTestDB(t, fs)
+			o := d.opts
+			// Fail the second relocating batch: the first stays installed.
+			batches := 0
+			d.mu.Lock()
+			d.mu.compactions.beforeWrite = func(c *compaction) {
+				if len(c.relocate) > 0 {
+					batches++
+					if batches == 2 {
+						armed.Store(true)
+					}
+				}
 			}
-		}
+			d.mu.Unlock()
+			if err := d.Compact(nil, nil); !errors.Is(err, errorfs.ErrInjected) {
+				t.Fatalf("Compact = %v, want the injected error", err)
+			}
+			armed.Store(false)
+			if tc.suffix == ".blob" {
+				waitBlobFilesOnDisk(t, mem, "db", func() []base.FileNum { return blobFilesOf(d) })
+			}
+			checkModel(t, d, model)
+			d.Close()
+			o.FS = mem
+			d = mustOpen(t, "db", o)
+			defer d.Close()
+			checkModel(t, d, model)
+			checkBlobFilesReferenced(t, mem, d, model)
+		})
 	}
-	d.mu.Unlock()
-	if err := d.Compact(nil, nil); !errors.Is(err, errorfs.ErrInjected) {
-		t.Fatalf("Compact = %v, want the injected error", err)
-	}
-	armed.Store(false)
-	waitBlobFilesOnDisk(t, mem, "db", func() []base.FileNum { return blobFilesOf(d) })
-	checkModel(t, d, model)
-	d.Close()
-	o.FS = mem
-	d = mustOpen(t, "db", o)
-	defer d.Close()
-	checkModel(t, d, model)
-	waitBlobFilesOnDisk(t, mem, "db", func() []base.FileNum { return blobFilesOf(d) })
 }
