@@ -31,7 +31,10 @@ import (
 // The data is all in the bottom level once a full Compact's levels are
 // done, but for what flushes made meanwhile: an index in L0 into a
 // batch's file keeps it in the version (and its record is not counted),
-// and the file is left to blob GC.
+// and the file is left to blob GC. Like the compactions' relocation, this
+// needs key-value separation and automatic blob GC on and
+// Options.DisableBlobCompactionGC off (compactionGCEnabled): with GC off
+// a full Compact leaves the garbage for DB.BlobGC.
 
 // compactBlobGarbageLocked relocates, batch by batch, the live records of
 // the blob files with garbage (see above). Each file is tried once.
@@ -78,6 +81,11 @@ func (d *DB) compactBlobGarbageLocked() error {
 		c.trivialMove = false
 		c.relocate = set
 		if err := d.runCompactionLocked(c); err != nil {
+			if d.mu.closing {
+				// Close stopped the batch (or it failed as the DB
+				// closes): the next Open sorts out the manifest.
+				return ErrClosed
+			}
 			d.setBackgroundErrorLocked(err)
 			return err
 		}

@@ -620,7 +620,10 @@ func (d *DB) grandparentCutter(c *compaction) func(ukey []byte) bool {
 // fill of distinct keys into an empty DB, Compact writes the data once
 // (the flush), not once per level. A bottom-level table known to hold one
 // version per key and no deletion (FileMetadata.OneVersionPerKey) is not
-// rewritten.
+// rewritten. A Compact of the whole key range (nil, nil) then relocates
+// the live records of the blob files that hold garbage, in batches
+// (blob_compact.go), so that the blob files shrink to about their live
+// bytes.
 //
 // Before it returns, Compact deletes the files its compactions made
 // obsolete (those no open iterator or snapshot read still holds), rather
