@@ -1,6 +1,8 @@
 package lsm
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/cairnkv/cairn/lsm/blob"
@@ -310,9 +312,10 @@ func (d *DB) pickBlobCompactionLocked(v *version.Version, baseLevel int) *compac
 // blobRelocator relocates, in one part of a compaction, the records of
 // the files in set whose indexes the compaction writes.
 type blobRelocator struct {
-	d                    *DB
-	set                  map[base.FileNum]bool
-	buf, scratch, valBuf []byte
+	d               *DB
+	set             map[base.FileNum]bool
+	ra              *blobReadahead
+	scratch, valBuf []byte
 	// bytesRead and bytesWritten count the records read and written.
 	bytesRead, bytesWritten int64
 	// failed are files with a record that could not be read as valid:
@@ -332,11 +335,8 @@ func (r *blobRelocator) add(w *sst.Writer, sep *blobSeparator, garbage blobGarba
 		return sep.add(w, ikey, value)
 	}
 	ukey := base.UserKey(ikey)
-	v, err := r.read(x, ukey)
-	if err != nil {
-		if !base.IsCorruption(err) {
-			return err
-		}
+	nx, err := r.copyRecord(sep, x, ukey)
+	if errors.Is(err, errRelocRead) {
 		// Leave the file to blob GC proper, which reports it.
 		if r.failed == nil {
 			r.failed = map[base.FileNum]bool{}
@@ -344,7 +344,6 @@ func (r *blobRelocator) add(w *sst.Writer, sep *blobSeparator, garbage blobGarba
 		r.failed[x.FileNum] = true
 		return sep.add(w, ikey, value)
 	}
-	nx, err := sep.addRecord(ukey, v)
 	if err != nil {
 		return err
 	}
@@ -358,38 +357,47 @@ func (r *blobRelocator) add(w *sst.Writer, sep *blobSeparator, garbage blobGarba
 	return w.Add(ikey, r.valBuf)
 }
 
-// read returns the verified, decoded value of record x of key ukey (valid
-// until the next call).
-func (r *blobRelocator) read(x blob.Index, ukey []byte) ([]byte, error) {
-	rd, release, err := r.d.blobs.files.Get(x.FileNum)
+// errRelocRead marks a record relocation found corrupt.
+var errRelocRead = errors.New("lsm: corrupt blob record")
+
+// copyRecord copies record x of key ukey into sep and returns the copy's
+// index; an error wrapping errRelocRead if the record is corrupt. It
+// reads through r.ra: a compaction writes keys in order and meets each
+// file's records in file order (a flush or compaction writes them
+// sorted), so reading ahead turns one pread per record into one per
+// window (a full Compact relocating 800 MB of 4 KiB values spent 0.36 s
+// of its 2.4 s of CPU in preads). A record whose file has the compression
+// sep writes is copied as stored, not decoded and encoded again (0.27 s
+// of Snappy encoding there).
+func (r *blobRelocator) copyRecord(sep *blobSeparator, x blob.Index, ukey []byte) (blob.Index, error) {
+	if r.ra == nil {
+		r.ra = &blobReadahead{}
+	}
+	stored, fileC, err := r.ra.stored(r.d, x, ukey)
 	if err != nil {
-		return nil, err
+		if base.IsCorruption(err) {
+			err = fmt.Errorf("%w: %w", errRelocRead, err)
+		}
+		return blob.Index{}, err
 	}
-	defer release()
-	if uint64(cap(r.buf)) < x.Len {
-		r.buf = make([]byte, x.Len)
+	if fileC == sep.compression() {
+		return sep.addStoredRecord(ukey, stored, x.Compression)
 	}
-	r.buf = r.buf[:x.Len]
-	vs, vl, err := rd.ReadRecord(r.buf, x, ukey)
-	if err != nil {
-		return nil, err
+	v := stored
+	if x.Compression != blob.CompressionNone {
+		n, err := blob.ValueLen(x.Compression, stored)
+		if err == nil {
+			if cap(r.scratch) < n {
+				r.scratch = make([]byte, n)
+			}
+			v = r.scratch[:n]
+			err = blob.DecodeValue(x.Compression, v, stored)
+		}
+		if err != nil {
+			return blob.Index{}, fmt.Errorf("%w: %w", errRelocRead, err)
+		}
 	}
-	stored := r.buf[vs : vs+vl]
-	if x.Compression == blob.CompressionNone {
-		return stored, nil
-	}
-	n, err := blob.ValueLen(x.Compression, stored)
-	if err != nil {
-		return nil, err
-	}
-	if cap(r.scratch) < n {
-		r.scratch = make([]byte, n)
-	}
-	v := r.scratch[:n]
-	if err := blob.DecodeValue(x.Compression, v, stored); err != nil {
-		return nil, err
-	}
-	return v, nil
+	return sep.addRecord(ukey, v)
 }
 
 // noteIndexRef records the file the encoded blob index idx points into as

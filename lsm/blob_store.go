@@ -248,18 +248,7 @@ const (
 
 // view returns the verified record x as a view of a readahead buffer.
 func (ra *blobReadahead) view(d *DB, x blob.Index, ukey []byte) (blob.Handle, error) {
-	var f *fileReadahead
-	for i := range ra.files {
-		if ra.files[i].fileNum == x.FileNum && ra.files[i].buf != nil {
-			f = &ra.files[i]
-			break
-		}
-	}
-	if f == nil {
-		f = &ra.files[ra.next]
-		ra.next = (ra.next + 1) % blobReadaheadFiles
-		*f = fileReadahead{fileNum: x.FileNum, buf: f.buf[:0]}
-	}
+	f := ra.file(x.FileNum)
 	rec, err := f.record(d, x)
 	if err != nil {
 		return blob.Handle{}, err
@@ -285,6 +274,40 @@ func (ra *blobReadahead) view(d *DB, x blob.Index, ukey []byte) (blob.Handle, er
 		return blob.Handle{}, fmt.Errorf("blob: file %s: record at %d: %w", x.FileNum, x.Offset, err)
 	}
 	return blob.ViewHandle(rec, vs, vl), nil
+}
+
+// stored returns the stored value of the verified record x of key ukey,
+// a view of a readahead buffer (valid until the next call), and the
+// compression of x's file (x.Compression says how the value is stored:
+// the file's, or none).
+func (ra *blobReadahead) stored(d *DB, x blob.Index, ukey []byte) ([]byte, blob.Compression, error) {
+	f := ra.file(x.FileNum)
+	rec, err := f.record(d, x)
+	if err != nil {
+		return nil, 0, err
+	}
+	vs, vl, err := blob.VerifyRecord(rec, ukey)
+	if err == nil {
+		err = blob.CheckRecordCompression(f.compression, x, rec)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("blob: file %s: record at %d: %w", x.FileNum, x.Offset, err)
+	}
+	return rec[vs : vs+vl], f.compression, nil
+}
+
+// file returns the readahead state of file n, taking the next slot if
+// it has none.
+func (ra *blobReadahead) file(n base.FileNum) *fileReadahead {
+	for i := range ra.files {
+		if ra.files[i].fileNum == n && ra.files[i].buf != nil {
+			return &ra.files[i]
+		}
+	}
+	f := &ra.files[ra.next]
+	ra.next = (ra.next + 1) % blobReadaheadFiles
+	*f = fileReadahead{fileNum: n, buf: f.buf[:0]}
+	return f
 }
 
 // record returns record x (unverified) from the buffer, reading a window
@@ -389,17 +412,48 @@ func (s *blobSeparator) add(w *sst.Writer, ikey, value []byte) error {
 // addRecord writes (key, value) to the current blob file, starting one if
 // needed, and returns its location.
 func (s *blobSeparator) addRecord(key, value []byte) (blob.Index, error) {
-	if s.cur == nil {
-		s.d.mu.Lock()
-		s.curNum = s.d.mu.versions.NewFileNum()
-		s.d.mu.Unlock()
-		f, err := s.d.fs.Create(base.MakeFilepath(s.d.dirname, base.FileTypeBlob, s.curNum))
-		if err != nil {
-			return blob.Index{}, err
-		}
-		s.curFile, s.cur = f, blob.NewWriter(f, s.curNum, s.d.opts.BlobCompression.blob(s.d.opts.Compression))
+	if err := s.startFile(); err != nil {
+		return blob.Index{}, err
 	}
 	x, err := s.cur.Add(key, value)
+	return s.added(x, err)
+}
+
+// addStoredRecord is addRecord for a value already stored as c, written
+// as stored (see blob.Writer.AddStored): c must be s.compression() or
+// none.
+func (s *blobSeparator) addStoredRecord(key, stored []byte, c blob.Compression) (blob.Index, error) {
+	if err := s.startFile(); err != nil {
+		return blob.Index{}, err
+	}
+	x, err := s.cur.AddStored(key, stored, c)
+	return s.added(x, err)
+}
+
+// compression returns the compression of the blob files s writes.
+func (s *blobSeparator) compression() blob.Compression {
+	return s.d.opts.BlobCompression.blob(s.d.opts.Compression)
+}
+
+// startFile starts a blob file if none is open.
+func (s *blobSeparator) startFile() error {
+	if s.cur != nil {
+		return nil
+	}
+	s.d.mu.Lock()
+	s.curNum = s.d.mu.versions.NewFileNum()
+	s.d.mu.Unlock()
+	f, err := s.d.fs.Create(base.MakeFilepath(s.d.dirname, base.FileTypeBlob, s.curNum))
+	if err != nil {
+		return err
+	}
+	s.curFile, s.cur = f, blob.NewWriter(f, s.curNum, s.compression())
+	return nil
+}
+
+// added finishes the current file once the record x just added (err: its
+// error) fills it.
+func (s *blobSeparator) added(x blob.Index, err error) (blob.Index, error) {
 	if err != nil {
 		return blob.Index{}, err
 	}

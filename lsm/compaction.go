@@ -171,7 +171,9 @@ func (d *DB) runCompactionLocked(c *compaction) error {
 		// them as its garbage), and GC leaves alone only the files
 		// blobGC.relocating holds.
 		if d.mu.blobGC.relocating == nil {
-			c.relocate = d.blobRelocationSetLocked(c.version)
+			if c.relocate == nil { // a full Compact sets its own (blob_compact.go)
+				c.relocate = d.blobRelocationSetLocked(c.version)
+			}
 			if len(c.relocate) > 0 {
 				d.mu.blobGC.relocating = c.relocate
 				defer func() { d.mu.blobGC.relocating = nil }()
@@ -618,7 +620,10 @@ func (d *DB) grandparentCutter(c *compaction) func(ukey []byte) bool {
 // fill of distinct keys into an empty DB, Compact writes the data once
 // (the flush), not once per level. A bottom-level table known to hold one
 // version per key and no deletion (FileMetadata.OneVersionPerKey) is not
-// rewritten.
+// rewritten. A Compact of the whole key range (nil, nil) then relocates
+// the live records of the blob files that hold garbage, in batches
+// (blob_compact.go), so that the blob files shrink to about their live
+// bytes.
 //
 // Before it returns, Compact deletes the files its compactions made
 // obsolete (those no open iterator or snapshot read still holds), rather
@@ -694,6 +699,9 @@ func (d *DB) compactRange(start, end []byte) error {
 			d.setBackgroundErrorLocked(err)
 			return err
 		}
+	}
+	if start == nil && end == nil {
+		return d.compactBlobGarbageLocked()
 	}
 	return nil
 }

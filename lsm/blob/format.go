@@ -205,6 +205,37 @@ func (w *Writer) Add(key, value []byte) (Index, error) {
 	default:
 		w.buf = append(w.buf, value...)
 	}
+	return w.finishRecord(key, start, vstart, c)
+}
+
+// AddStored appends the record (key, stored), whose value is already
+// stored as c, and returns its index: the record Add writes for the value
+// stored decodes to, without decoding and encoding it again, if c is w's
+// compression, or none in a file of another (a value Add found did not
+// compress well enough, stored raw). Other compressions are an invalid
+// argument. Relocation copies records so.
+func (w *Writer) AddStored(key, stored []byte, c Compression) (Index, error) {
+	if w.err != nil {
+		return Index{}, w.err
+	}
+	if c != w.compression && c != CompressionNone {
+		return Index{}, base.InvalidArgumentf("blob: a %s value added to a %s file", c, w.compression)
+	}
+	if RecordLen(len(key), len(stored)) > maxRecordLen {
+		return Index{}, base.InvalidArgumentf("blob: record of %d bytes", RecordLen(len(key), len(stored)))
+	}
+	start := len(w.buf)
+	w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(len(key)))
+	w.buf = binary.LittleEndian.AppendUint32(w.buf, 0) // the stored value's length, below
+	w.buf = append(w.buf, key...)
+	vstart := len(w.buf)
+	w.buf = append(w.buf, stored...)
+	return w.finishRecord(key, start, vstart, c)
+}
+
+// finishRecord completes the record w.buf[start:] of key, whose value,
+// stored as c, begins at vstart: the stored length, the CRC.
+func (w *Writer) finishRecord(key []byte, start, vstart int, c Compression) (Index, error) {
 	if n := RecordLen(len(key), len(w.buf)-vstart); n > maxRecordLen { // compression may expand
 		w.buf = w.buf[:start]
 		return Index{}, base.InvalidArgumentf("blob: record of %d bytes", n)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -711,5 +712,42 @@ func TestReadsVersion1Files(t *testing.T) {
 	binary.LittleEndian.PutUint32(b[12:], crc(b[:12]))
 	if _, err := NewReader(memFile{bytes.NewReader(b)}, 9, int64(len(b))); !base.IsCorruption(err) {
 		t.Fatalf("version %d: %v", formatVersion+1, err)
+	}
+}
+
+// TestAddStored: records copied as stored (relocation's path) make the
+// same file as the values added afresh, in each compression, values
+// stored raw in a Snappy file included; a compressed value is refused by a
+// file of another compression.
+func TestAddStored(t *testing.T) {
+	kvs := randomKVs(rand.New(rand.NewPCG(3, 4)), 200)
+	for _, c := range []Compression{CompressionNone, CompressionSnappy} {
+		want, xs := writeFileWith(t, 2, c, kvs)
+		var buf bytes.Buffer
+		w := NewWriter(&buf, 2, c)
+		for i, x := range xs {
+			rec := want[x.Offset : x.Offset+x.Len]
+			vs, vl, err := VerifyRecord(rec, kvs[i][0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			nx, err := w.AddStored(kvs[i][0], rec[vs:vs+vl], x.Compression)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if nx != x {
+				t.Fatalf("%s record %d: index %+v, want %+v", c, i, nx, x)
+			}
+		}
+		if _, err := w.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf.Bytes(), want) {
+			t.Fatalf("%s: AddStored wrote a different file", c)
+		}
+	}
+	w := NewWriter(io.Discard, 2, CompressionNone)
+	if _, err := w.AddStored([]byte("k"), []byte("v"), CompressionSnappy); !errors.Is(err, base.ErrInvalidArgument) {
+		t.Fatalf("AddStored of a Snappy value to an uncompressed file = %v, want invalid argument", err)
 	}
 }
