@@ -202,3 +202,78 @@ func TestWaitBackgroundIdleReturnsBackgroundError(t *testing.T) {
 		t.Fatalf("Close = %v, want the background error", err)
 	}
 }
+
+// TestCloseCancelsBackgroundCompaction: a Close during an automatic
+// compaction cancels it too, and the cancellation is no background error
+// (Close returns nil, and the next Open writes as usual); nothing of the
+// compaction is installed or left on disk. Close once waited for it to
+// finish and install its outputs.
+func TestCloseCancelsBackgroundCompaction(t *testing.T) {
+	mem := vfs.NewMem()
+	// Three overlapping L0 tables, none compacted.
+	fill := testOptions(mem)
+	fill.L0CompactionThreshold = 100
+	fill.L0SlowdownWritesThreshold = 100
+	fill.L0StopWritesThreshold = 100
+	fill.MemTableSizeBytes = 8 << 20
+	d := mustOpen(t, "db", fill)
+	model := map[string][]byte{}
+	for ver := range 3 {
+		for i := range 3000 {
+			k := fmt.Sprintf("k%05d", i)
+			v := blobValueFor(k, ver, 100)
+			if err := d.Put([]byte(k), v, NoSync); err != nil {
+				t.Fatal(err)
+			}
+			model[k] = v
+		}
+		if err := d.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := tableFilesOf(d)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reopened with the usual L0 trigger, the DB compacts L0 at once;
+	// the injector holds the compaction at the creation of its first
+	// table until Close has begun.
+	var armed atomic.Bool
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	inj := errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+		if armed.Load() && op == errorfs.OpCreate && strings.HasSuffix(path, ".sst") {
+			once.Do(func() {
+				close(started)
+				<-release
+			})
+		}
+		return nil
+	})
+	armed.Store(true)
+	d = mustOpen(t, "db", testOptions(errorfs.Wrap(mem, inj)))
+	select {
+	case <-started:
+	case <-time.After(cancelTestTimeout):
+		t.Fatal("no compaction started")
+	}
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- d.Close() }()
+	<-d.closeCh // Close has begun
+	close(release)
+	if err := recvErr(t, closeErr, "Close"); err != nil {
+		t.Errorf("Close during a compaction = %v, want no error", err)
+	}
+	armed.Store(false)
+
+	d = reopenSweepsNothing(t, mem, fill)
+	defer d.Close()
+	if after := tableFilesOf(d); !slices.Equal(after, before) {
+		t.Errorf("tables after the cancelled compaction %v, want those before it %v", after, before)
+	}
+	checkModel(t, d, model)
+	if err := d.Put([]byte("after"), []byte("x"), Sync); err != nil {
+		t.Fatalf("Put after the cancelled compaction: %v", err)
+	}
+}
