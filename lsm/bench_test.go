@@ -126,7 +126,9 @@ func BenchmarkReadRandom(b *testing.B) {
 func BenchmarkReadRandomParallel(b *testing.B) {
 	d := benchDB(b)
 	fillDB(b, d, benchKeys)
-	waitBackgroundIdle(d)
+	if err := waitBackgroundIdle(d); err != nil {
+		b.Fatal(err)
+	}
 	var seed atomic.Uint64
 	b.ReportAllocs()
 	b.ResetTimer()

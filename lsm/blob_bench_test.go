@@ -72,7 +72,9 @@ func blobBenchFillValues(b *testing.B, d *DB, n int, seed uint64, text bool) {
 	if err := d.Flush(); err != nil {
 		b.Fatal(err)
 	}
-	waitBackgroundIdle(d)
+	if err := waitBackgroundIdle(d); err != nil {
+		b.Fatal(err)
+	}
 }
 
 func dirBytes(b *testing.B, dir string) int64 {

@@ -66,7 +66,9 @@ func reopenForGC(t *testing.T, fs vfs.FS, o *Options) *DB {
 	if err := d.Compact(nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitBackgroundIdle(d)
+	if err := waitBackgroundIdle(d); err != nil {
+		t.Fatal(err)
+	}
 	return d
 }
 
@@ -168,7 +170,9 @@ func TestBlobObsoleteDeletedAtLastRelease(t *testing.T) {
 	if err := d.Compact(nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitBackgroundIdle(d)
+	if err := waitBackgroundIdle(d); err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range blobFilesOf(d) {
 		if slices.Contains(old, n) {
 			t.Fatalf("blob file %s still in the version", n)

@@ -294,7 +294,9 @@ func TestBlobSpaceAmpBounded(t *testing.T) {
 		if err := d.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		waitBackgroundIdle(d)
+		if err := waitBackgroundIdle(d); err != nil {
+			t.Fatal(err)
+		}
 		// What is on disk. The cleaner goroutine deletes a file a
 		// finished GC or compaction made obsolete as soon as the last
 		// version holding it is released (TestBlobObsoleteDeletedAtLastRelease);
@@ -418,7 +420,9 @@ func TestBlobForcedCompactionsStop(t *testing.T) {
 	if amp > d.opts.BlobMaxSpaceAmp+0.01 && len(set) > 0 {
 		t.Fatalf("idle with counted space amp %.2f and files to relocate %v", amp, set)
 	}
-	waitBackgroundIdle(d)
+	if err := waitBackgroundIdle(d); err != nil {
+		t.Fatal(err)
+	}
 	if got := d.Metrics().Blob.ForcedCompactions; got != m.ForcedCompactions {
 		t.Fatalf("forced compactions went on at rest: %d, then %d", m.ForcedCompactions, got)
 	}
@@ -441,13 +445,17 @@ func TestBlobForcedCompactionsStop(t *testing.T) {
 	}
 }
 
-// waitBackgroundIdle waits until no flush, compaction or blob GC runs.
-func waitBackgroundIdle(d *DB) {
+// waitBackgroundIdle waits until no flush, compaction or blob GC runs and
+// no memtable waits for a flush, and returns the DB's background error if
+// one is set: after one, the memtables left queued are never flushed, and
+// a caller that went on would check a DB that stopped half-way.
+func waitBackgroundIdle(d *DB) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for d.mu.flushing || d.mu.compactions.running > 0 || d.mu.blobGC.running || len(d.mu.imm) > 0 {
+	for d.mu.flushing || d.mu.compactions.running > 0 || d.mu.blobGC.running || (len(d.mu.imm) > 0 && d.mu.bgErr == nil) {
 		d.mu.bgCond.Wait()
 	}
+	return d.mu.bgErr
 }
 
 // TestBlobGCRateLimited: blob GC paces its reads plus writes to
@@ -664,7 +672,9 @@ func TestBlobFillForcesNoCompactions(t *testing.T) {
 	if err := d.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	waitBackgroundIdle(d)
+	if err := waitBackgroundIdle(d); err != nil {
+		t.Fatal(err)
+	}
 	m := d.Metrics()
 	t.Logf("%d flushes, %d compactions, %d forced", m.Flushes, m.Compactions, m.Blob.ForcedCompactions)
 	if m.Blob.ForcedCompactions > 1 {

@@ -2,6 +2,7 @@ package lsm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -36,6 +37,19 @@ type compactionsState struct {
 	// compaction that rewrites its inputs writes its tables.
 	beforeWrite func(*compaction)
 }
+
+// errCompactionCancelled is what a compaction returns when Close stops it
+// (compactTablesInner checks d.closeCh every cancelCheckEntries entries).
+// Its outputs are removed and nothing is installed: the inputs stay live,
+// and the next Open's picker finds the same work again. It is not a
+// failure, so it is never recorded as a background error; a Compact it
+// cancels returns ErrClosed.
+var errCompactionCancelled = errors.New("lsm: compaction cancelled by Close")
+
+// cancelCheckEntries is how many input entries a compaction reads between
+// two checks of d.closeCh: the check is a non-blocking select, cheap next
+// to the merge of 64 entries, and a Close waits for at most that many.
+const cancelCheckEntries = 64
 
 // compactionDebtConcurrencyBytes is the pending compaction bytes per
 // extra concurrent compaction, in LBaseMaxBytes (see
@@ -93,7 +107,9 @@ func (d *DB) compactionLoop(c *compaction) {
 	defer d.mu.Unlock()
 	for c != nil {
 		if err := d.runCompactionLocked(c); err != nil {
-			d.setBackgroundErrorLocked(err)
+			if !errors.Is(err, errCompactionCancelled) {
+				d.setBackgroundErrorLocked(err)
+			}
 			break
 		}
 		if d.mu.closing || d.mu.bgErr != nil || d.mu.manualCompactions > 0 {
@@ -497,7 +513,16 @@ func (d *DB) compactTablesInner(c *compaction, snapshots []base.SeqNum, sep *blo
 	} else {
 		merged.First()
 	}
-	for ; merged.Valid(); merged.Next() {
+	for n := 0; merged.Valid(); merged.Next() {
+		if n++; n%cancelCheckEntries == 0 {
+			select {
+			case <-d.closeCh:
+				// The deferred cleanup removes this part's outputs,
+				// compactTables those of the others and the blob files.
+				return nil, errCompactionCancelled
+			default:
+			}
+		}
 		ukey, seq, kind, ok := base.ParseInternalKey(merged.Key())
 		if !ok {
 			return nil, base.CorruptionErrorf("malformed internal key %q in compaction input", merged.Key())
@@ -630,6 +655,10 @@ func (d *DB) grandparentCutter(c *compaction) func(ukey []byte) bool {
 // than leaving them to the background cleaner: a caller compacts to
 // reclaim space, and a Close right after would otherwise leave them on
 // disk until the next Open's sweep.
+//
+// A Close during a Compact cancels its compaction (its outputs are
+// removed, nothing is installed) and Compact returns ErrClosed; Close
+// returns only after Compact is done with the DB's files.
 func (d *DB) Compact(start, end []byte) error {
 	if err := d.checkOpen(); err != nil {
 		return err
@@ -637,6 +666,19 @@ func (d *DB) Compact(start, end []byte) error {
 	if start != nil && end != nil && bytes.Compare(start, end) > 0 {
 		return base.InvalidArgumentf("Compact start %q > end %q", start, end)
 	}
+	d.mu.Lock()
+	if d.mu.closing {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	d.mu.compactCalls++
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.mu.compactCalls--
+		d.mu.bgCond.Broadcast()
+		d.mu.Unlock()
+	}()
 	if err := d.Flush(); err != nil {
 		return err
 	}
@@ -696,6 +738,9 @@ func (d *DB) compactRange(start, end []byte) error {
 			c.trivialMove = false
 		}
 		if err := d.runCompactionLocked(c); err != nil {
+			if errors.Is(err, errCompactionCancelled) {
+				return ErrClosed
+			}
 			d.setBackgroundErrorLocked(err)
 			return err
 		}

@@ -142,7 +142,9 @@ func TestL0DisjointFilesMove(t *testing.T) {
 					m[k] = v
 				}
 			}
-			waitBackgroundIdle(d)
+			if err := waitBackgroundIdle(d); err != nil {
+				t.Fatal(err)
+			}
 			met := d.Metrics()
 			below := 0
 			for l := 1; l < version.NumLevels; l++ {

@@ -89,6 +89,10 @@ type DB struct {
 		liveLogs []base.FileNum
 		// blobGC is blob GC's state (blob_gc.go).
 		blobGC blobGCState
+		// compactCalls counts the Compact calls past their check of
+		// closing and not yet returned: Close waits until it is 0, so
+		// that no Compact touches a file after Close.
+		compactCalls int
 	}
 
 	// Filter probe counters: SST filters, and memtable filters of
@@ -193,9 +197,13 @@ func (d *DB) checkOpen() error {
 // memtables are flushed. Obsolete files whose deletion had not happened
 // (the inputs of a compaction that just finished, say) are left on disk
 // and deleted by the next Open, in the background: Close waits for at most
-// the one being unlinked. Iterators and snapshots must be closed before, and
-// no other call (a Compact, a Flush, a Checkpoint, a BlobGC) may still be
-// running.
+// the one being unlinked. Compactions in progress, a Compact's included,
+// are cancelled: their outputs are removed and nothing of them is
+// installed (the next Open finds the same work to do), and Close waits
+// until they, and any Compact call, are out of the DB's files. Flushes are
+// not cancelled: they run to the end. Iterators and snapshots must be
+// closed before, and no other call (a Flush, a Checkpoint, a BlobGC) may
+// still be running.
 // Close returns any background error the DB met.
 func (d *DB) Close() error {
 	var flushErr error
@@ -216,6 +224,11 @@ func (d *DB) Close() error {
 	d.mu.Unlock()
 
 	close(d.closeCh)
+	d.mu.Lock()
+	for d.mu.compactCalls > 0 {
+		d.mu.bgCond.Wait()
+	}
+	d.mu.Unlock()
 	d.bgWG.Wait()
 
 	d.mu.Lock()

@@ -191,16 +191,33 @@ func (r *recordingInjector) injected() *injection {
 	return r.got
 }
 
-// trackFS sits above errorfs and notes two failures that lose nothing:
-// the Close of a file opened read-only, and a Stat of CURRENT right after
+// trackFS sits above errorfs and notes three failures that lose nothing:
+// the Close of a file opened read-only; a Stat of CURRENT right after
 // another Stat of it found none (Open checks whether the DB exists, then
-// version.Create checks again and takes any error for "absent").
+// version.Create checks again and takes any error for "absent"); and,
+// during DB.Close, the Close of a table or blob file the DB then removes
+// within the same DB.Close.
+//
+// The last is a compaction that Close cancelled: it closes and removes
+// its unfinished outputs and installs nothing, and a cancellation is not a
+// failure, so nothing reports the close error. It can be nothing else:
+// DB.Close deletes no obsolete file (it leaves them to the next Open), and
+// a flush or compaction that fails on the Close of its output reports
+// that error, which DB.Close returns.
 type trackFS struct {
 	vfs.FS
 	readOnlyCloseFailed atomic.Bool
-	mu                  sync.Mutex
-	currentAbsent       bool // the last Stat of CURRENT returned ErrNotExist
-	recheckFailed       bool
+	// dbClosing is set while the sweep's DB.Close runs.
+	dbClosing atomic.Bool
+	// cancelledCloseFailed: a file whose Close failed during a DB.Close
+	// was removed by the same DB.Close.
+	cancelledCloseFailed atomic.Bool
+	mu                   sync.Mutex
+	currentAbsent        bool // the last Stat of CURRENT returned ErrNotExist
+	recheckFailed        bool
+	// closeFailedInDBClose are the tables and blob files whose Close
+	// failed during the DB.Close in progress.
+	closeFailedInDBClose map[string]bool
 }
 
 func (fs *trackFS) Stat(name string) (os.FileInfo, error) {
@@ -222,6 +239,56 @@ func (fs *trackFS) Open(name string) (vfs.File, error) {
 		return nil, err
 	}
 	return &readOnlyFile{File: f, fs: fs}, nil
+}
+
+func (fs *trackFS) Create(name string) (vfs.File, error) {
+	f, err := fs.FS.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	return &createdFile{File: f, fs: fs, name: name}, nil
+}
+
+func (fs *trackFS) Remove(name string) error {
+	err := fs.FS.Remove(name)
+	if err == nil && fs.dbClosing.Load() {
+		fs.mu.Lock()
+		if fs.closeFailedInDBClose[name] {
+			fs.cancelledCloseFailed.Store(true)
+		}
+		fs.mu.Unlock()
+	}
+	return err
+}
+
+// beginDBClose and endDBClose bracket a DB.Close.
+func (fs *trackFS) beginDBClose() {
+	fs.mu.Lock()
+	fs.closeFailedInDBClose = nil
+	fs.mu.Unlock()
+	fs.dbClosing.Store(true)
+}
+
+func (fs *trackFS) endDBClose() { fs.dbClosing.Store(false) }
+
+type createdFile struct {
+	vfs.File
+	fs   *trackFS
+	name string
+}
+
+func (f *createdFile) Close() error {
+	err := f.File.Close()
+	if errors.Is(err, errorfs.ErrInjected) && f.fs.dbClosing.Load() &&
+		(strings.HasSuffix(f.name, ".sst") || strings.HasSuffix(f.name, ".blob")) {
+		f.fs.mu.Lock()
+		if f.fs.closeFailedInDBClose == nil {
+			f.fs.closeFailedInDBClose = map[string]bool{}
+		}
+		f.fs.closeFailedInDBClose[f.name] = true
+		f.fs.mu.Unlock()
+	}
+	return err
 }
 
 type readOnlyFile struct {
@@ -319,7 +386,9 @@ func (s *sweepRun) close() {
 	if err := s.db.Metrics().BackgroundErr; err != nil {
 		s.noteErr("Metrics().BackgroundErr", err)
 	}
+	s.fs.beginDBClose()
 	s.noteErr("Close", s.db.Close())
+	s.fs.endDBClose()
 	s.db = nil
 }
 
@@ -476,6 +545,8 @@ func (s *sweepRun) absorbed(inj *injection) (bool, string) {
 		return true, "Checkpoint copies a table it cannot hard-link (the copy is checked)"
 	case inj.op == errorfs.OpClose && s.fs.readOnlyCloseFailed.Load():
 		return true, "closing a file opened read-only loses nothing"
+	case inj.op == errorfs.OpClose && s.fs.cancelledCloseFailed.Load():
+		return true, "closing an output of a compaction Close cancelled, which it then removed, loses nothing"
 	}
 	s.fs.mu.Lock()
 	defer s.fs.mu.Unlock()
