@@ -210,7 +210,7 @@ func (r *Reader) Next() ([]byte, error) {
 				return nil, r.damaged(recStart, f.off, fmt.Sprintf("incomplete record (no LAST fragment before offset %d)", f.off), false)
 			}
 			if f.typ == fullType {
-				r.lastRecord, r.lastEnd = f.off, r.blockOffset+int64(r.pos)
+				r.lastRecord, r.lastEnd = f.off, r.recordEnd()
 				return f.payload, nil
 			}
 			inRecord, recStart = true, f.off
@@ -221,11 +221,22 @@ func (r *Reader) Next() ([]byte, error) {
 			}
 			r.rec = append(r.rec, f.payload...)
 			if f.typ == lastType {
-				r.lastRecord, r.lastEnd = recStart, r.blockOffset+int64(r.pos)
+				r.lastRecord, r.lastEnd = recStart, r.recordEnd()
 				return r.rec, nil
 			}
 		}
 	}
+}
+
+// recordEnd is the offset just past the record that ends at the read
+// position, counting the padding a writer adds after it when its block has
+// no room for another header (Writer.Size counts it, and so does the
+// synced size a WAL records).
+func (r *Reader) recordEnd() int64 {
+	if BlockSize-r.pos < HeaderSize {
+		return r.blockOffset + BlockSize
+	}
+	return r.blockOffset + int64(r.pos)
 }
 
 // endLog ends the log at the end of the input; an incomplete record there is

@@ -522,3 +522,47 @@ func TestDocExample(t *testing.T) {
 		t.Fatal("fragment types")
 	}
 }
+
+// TestEndOffsetIsWriterSize: after each record, the writer's Size (what a
+// WAL records as synced once it syncs) equals the reader's EndOffset when
+// it has read that record, padding of a full block included. A WAL whose
+// last record ended within HeaderSize of its block's end was refused at
+// Open: EndOffset stopped before the padding the synced size counted.
+func TestEndOffsetIsWriterSize(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for trial := range 200 {
+		var buf bytes.Buffer
+		w := NewWriter(&buf)
+		var sizes []int64
+		for range 1 + rng.IntN(20) {
+			// Sizes that end records at every distance from a block's end.
+			n := rng.IntN(BlockSize + 2*HeaderSize)
+			if rng.IntN(2) == 0 {
+				n = BlockSize - int(w.Size()%BlockSize) - HeaderSize - rng.IntN(2*HeaderSize)
+				n = max(n, 0)
+			}
+			if _, err := w.WriteRecord(make([]byte, n)); err != nil {
+				t.Fatal(err)
+			}
+			sizes = append(sizes, w.Size())
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		r := NewReader(bytes.NewReader(buf.Bytes()))
+		for i, want := range sizes {
+			if _, err := r.Next(); err != nil {
+				t.Fatalf("trial %d record %d: %v", trial, i, err)
+			}
+			if got := r.EndOffset(); got != want {
+				t.Fatalf("trial %d record %d: EndOffset %d, writer Size %d", trial, i, got, want)
+			}
+		}
+		if _, err := r.Next(); err != io.EOF {
+			t.Fatalf("trial %d: after the records: %v", trial, err)
+		}
+		if got, want := r.EndOffset(), int64(buf.Len()); got != want || r.TornTail() {
+			t.Fatalf("trial %d: at EOF EndOffset %d (torn %v), log of %d bytes", trial, got, r.TornTail(), want)
+		}
+	}
+}
