@@ -116,7 +116,7 @@ type DB struct {
 	sweptCh chan struct{}
 }
 
-type filterCounters struct{ checked, useful stripedCounter }
+type filterCounters struct{ checked, useful atomic.Int64 }
 
 // dbStats are the counters behind Metrics. REQUIRES: d.mu held to update.
 type dbStats struct {
@@ -255,7 +255,7 @@ func (d *DB) Close() error {
 	d.mu.imm = nil
 	d.mu.Unlock()
 	if rs != nil {
-		rs.retire()
+		rs.unref()
 	}
 	for _, m := range mems {
 		m.unref()

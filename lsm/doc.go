@@ -37,8 +37,7 @@
 // # Read path
 //
 // A read loads the current readState (memtables + version) with one atomic
-// load and a reference counted in one of eight striped counters (so Gets
-// on different cores do not bounce one cache line): no DB-wide lock. The readState holds a
+// load and a reference count: no DB-wide lock. The readState holds a
 // reference to each of its memtables, whose arenas are mapped outside the
 // Go heap (on unix) and unmapped when the last reference goes: the DB's
 // lists, a flush writing the memtable, or the last reader (an iterator at

@@ -192,8 +192,8 @@ func (d *DB) flushOneLocked() error {
 	}
 	d.mu.imm = d.mu.imm[len(ms):]
 	for _, m := range ms {
-		d.retiredMemFilter.checked.add(m.bloomChecked.load())
-		d.retiredMemFilter.useful.add(m.bloomUseful.load())
+		d.retiredMemFilter.checked.Add(m.bloomChecked.Load())
+		d.retiredMemFilter.useful.Add(m.bloomUseful.Load())
 	}
 	d.mu.stats.flushes++
 	if meta != nil {

@@ -62,7 +62,7 @@ func (d *DB) getAccess(key []byte, snap base.SeqNum, resolve getResolver, acc *t
 		snap = base.SeqNum(d.visibleSeq.Load())
 	}
 	rs := d.loadReadState()
-	if rs.readState == nil {
+	if rs == nil {
 		return nil, ErrClosed
 	}
 	defer rs.unref()
@@ -86,7 +86,7 @@ func (d *DB) getAccess(key []byte, snap base.SeqNum, resolve getResolver, acc *t
 	h := filter.Hash(key)
 	for _, m := range rs.mems {
 		if v, kind, seq, ok := m.get(key, snap, h); ok {
-			return resolve(rs.readState, key, v, kind, seq, tombSeq)
+			return resolve(rs, key, v, kind, seq, tombSeq)
 		}
 	}
 	v := rs.version
@@ -99,7 +99,7 @@ func (d *DB) getAccess(key []byte, snap base.SeqNum, resolve getResolver, acc *t
 		if val, kind, seq, ok, rel, err := d.tableGet(f, key, snap, h, acc, 0); err != nil {
 			return nil, err
 		} else if ok {
-			return resolvePinned(resolve, rel, rs.readState, key, val, kind, seq, tombSeq)
+			return resolvePinned(resolve, rel, rs, key, val, kind, seq, tombSeq)
 		}
 	}
 	for level := 1; level < version.NumLevels; level++ {
@@ -110,7 +110,7 @@ func (d *DB) getAccess(key []byte, snap base.SeqNum, resolve getResolver, acc *t
 		if val, kind, seq, ok, rel, err := d.tableGet(f, key, snap, h, acc, level); err != nil {
 			return nil, err
 		} else if ok {
-			return resolvePinned(resolve, rel, rs.readState, key, val, kind, seq, tombSeq)
+			return resolvePinned(resolve, rel, rs, key, val, kind, seq, tombSeq)
 		}
 	}
 	return nil, ErrNotFound
@@ -191,9 +191,9 @@ func (d *DB) tableGet(f *version.FileMetadata, key []byte, snap base.SeqNum, h u
 	if err != nil {
 		return nil, 0, 0, false, cache.Handle{}, err
 	}
-	d.tableFilter.checked.inc(h)
+	d.tableFilter.checked.Add(1)
 	if !r.MayContain(h) {
-		d.tableFilter.useful.inc(h)
+		d.tableFilter.useful.Add(1)
 		return nil, 0, 0, false, cache.Handle{}, nil
 	}
 	if acc != nil {

@@ -17,7 +17,7 @@ import (
 //
 // An iterator pins the memtables and files it reads: close it promptly.
 type Iterator struct {
-	rs    readRef
+	rs    *readState
 	iter  *mergingIter
 	snap  base.SeqNum
 	tombs []*rangedel.Set
@@ -87,7 +87,7 @@ func (d *DB) NewIter(o *IterOptions) (*Iterator, error) {
 		snap = opts.Snapshot.seq
 	}
 	rs := d.loadReadState()
-	if rs.readState == nil {
+	if rs == nil {
 		return nil, ErrClosed
 	}
 	if opts.Snapshot == nil && snap < rs.minLatestSeq {

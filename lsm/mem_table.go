@@ -58,7 +58,8 @@ type memTable struct {
 	tombs atomic.Pointer[rangedel.Set]
 
 	// Statistics for Metrics.
-	bloomChecked, bloomUseful stripedCounter
+	bloomChecked atomic.Int64
+	bloomUseful  atomic.Int64
 }
 
 // memTableArenaOverheadBytes bounds the arena space an entry takes beyond
@@ -177,9 +178,9 @@ func (m *memTable) rawTombstones() []base.RangeTombstone {
 // a sequence number below snap). h is filter.Hash(ukey).
 func (m *memTable) get(ukey []byte, snap base.SeqNum, h uint64) (value []byte, kind base.Kind, seq base.SeqNum, found bool) {
 	if m.bloom != nil {
-		m.bloomChecked.inc(h)
+		m.bloomChecked.Add(1)
 		if !m.bloom.MayContain(h) {
-			m.bloomUseful.inc(h)
+			m.bloomUseful.Add(1)
 			return nil, 0, 0, false
 		}
 	}
