@@ -2,7 +2,6 @@ package lsm
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/version"
@@ -62,15 +61,7 @@ func (d *DB) compactBlobGarbageLocked() error {
 		}
 		bottom := version.NumLevels - 1
 		files := v.Levels[bottom]
-		first, last := -1, -1
-		for i, f := range files {
-			if tableRefsAny(f, set) {
-				if first < 0 {
-					first = i
-				}
-				last = i
-			}
-		}
+		first, last := referencingRun(files, set)
 		if first < 0 {
 			continue // no table below L0 references the batch
 		}
@@ -99,26 +90,10 @@ func (d *DB) compactBlobGarbageLocked() error {
 // (at least one file). nil if none.
 // REQUIRES: d.mu held.
 func (d *DB) blobGarbageBatchLocked(v *version.Version, skip map[base.FileNum]bool) map[base.FileNum]bool {
-	g := &d.mu.blobGC
-	var cands []*version.BlobFileMetadata
-	for _, m := range v.BlobFiles {
-		if m.Unsettled || m.GarbageBytes == 0 || skip[m.FileNum] || g.inJob[m.FileNum] || g.relocFailed[m.FileNum] || d.retiringLocked(m.FileNum) {
-			continue
-		}
-		cands = append(cands, m)
-	}
+	cands := d.relocationCandidatesLocked(v, skip)
 	if len(cands) == 0 {
 		return nil
 	}
-	slices.SortFunc(cands, func(a, b *version.BlobFileMetadata) int {
-		if a.GarbageRatio() != b.GarbageRatio() {
-			if a.GarbageRatio() > b.GarbageRatio() {
-				return -1
-			}
-			return 1
-		}
-		return int(a.FileNum) - int(b.FileNum)
-	})
 	_, live := d.blobSizesLocked()
 	limit := live / relocateShareOfLive
 	out := map[base.FileNum]bool{}

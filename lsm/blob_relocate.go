@@ -75,26 +75,10 @@ func (d *DB) blobRelocationSetLocked(v *version.Version) map[base.FileNum]bool {
 	if !d.compactionGCEnabled() || len(v.BlobFiles) == 0 {
 		return nil
 	}
-	g := &d.mu.blobGC
-	var cands []*version.BlobFileMetadata
-	for _, m := range v.BlobFiles {
-		if m.Unsettled || m.GarbageBytes == 0 || g.inJob[m.FileNum] || g.relocFailed[m.FileNum] || d.retiringLocked(m.FileNum) {
-			continue
-		}
-		cands = append(cands, m)
-	}
+	cands := d.relocationCandidatesLocked(v, nil)
 	if len(cands) == 0 {
 		return nil
 	}
-	slices.SortFunc(cands, func(a, b *version.BlobFileMetadata) int {
-		if a.GarbageRatio() != b.GarbageRatio() {
-			if a.GarbageRatio() > b.GarbageRatio() {
-				return -1
-			}
-			return 1
-		}
-		return int(a.FileNum) - int(b.FileNum)
-	})
 	total, live := d.blobSizesLocked()
 	excess := float64(total) - d.opts.BlobMaxSpaceAmp*float64(live)
 	var out map[base.FileNum]bool
@@ -277,15 +261,7 @@ func (d *DB) pickBlobCompactionLocked(v *version.Version, baseLevel int) *compac
 	}
 	for level := 1; level < version.NumLevels; level++ {
 		files := v.Levels[level]
-		first, last := -1, -1
-		for i, f := range files {
-			if tableRefsAny(f, set) {
-				if first < 0 {
-					first = i
-				}
-				last = i
-			}
-		}
+		first, last := referencingRun(files, set)
 		if first < 0 {
 			continue
 		}
@@ -433,4 +409,46 @@ func (s *blobSeparator) setTableRefs(meta *version.FileMetadata) {
 	meta.BlobRefBytes = s.refBytes
 	clear(s.refs)
 	s.refBytes = 0
+}
+
+// relocationCandidatesLocked returns the blob files of v that a relocation
+// may take, most garbage first: settled, with garbage, not in skip, and
+// neither held by a GC job, nor failed relocation before, nor retiring.
+// REQUIRES: d.mu held.
+func (d *DB) relocationCandidatesLocked(v *version.Version, skip map[base.FileNum]bool) []*version.BlobFileMetadata {
+	g := &d.mu.blobGC
+	var cands []*version.BlobFileMetadata
+	for _, m := range v.BlobFiles {
+		if m.Unsettled || m.GarbageBytes == 0 || skip[m.FileNum] || g.inJob[m.FileNum] || g.relocFailed[m.FileNum] || d.retiringLocked(m.FileNum) {
+			continue
+		}
+		cands = append(cands, m)
+	}
+	slices.SortFunc(cands, func(a, b *version.BlobFileMetadata) int {
+		if a.GarbageRatio() != b.GarbageRatio() {
+			if a.GarbageRatio() > b.GarbageRatio() {
+				return -1
+			}
+			return 1
+		}
+		return int(a.FileNum) - int(b.FileNum)
+	})
+	return cands
+}
+
+// referencingRun returns the first and last of a level's files that
+// reference a blob file of set (-1, -1 if none): a level's tables do not
+// overlap, so the run between them is what a compaction relocating set
+// within the level rewrites.
+func referencingRun(files []*version.FileMetadata, set map[base.FileNum]bool) (first, last int) {
+	first, last = -1, -1
+	for i, f := range files {
+		if tableRefsAny(f, set) {
+			if first < 0 {
+				first = i
+			}
+			last = i
+		}
+	}
+	return first, last
 }

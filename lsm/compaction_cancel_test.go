@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairnkv/cairn/lsm/internal/base"
 	"github.com/cairnkv/cairn/lsm/vfs"
 	"github.com/cairnkv/cairn/lsm/vfs/errorfs"
 )
@@ -19,18 +18,24 @@ import (
 // return: it is a guard against a hang, not a measure of promptness.
 const cancelTestTimeout = time.Minute
 
-// tableFilesOf returns the tables of d's current version, sorted.
-func tableFilesOf(d *DB) []base.FileNum {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []base.FileNum
-	for _, files := range d.mu.versions.Current().Levels {
-		for _, f := range files {
-			out = append(out, f.FileNum)
+// putVersions writes, for each version number in turn, every key
+// k00000.. of n a 100-byte value of that version, records the newest in
+// model, and calls after (if not nil) at the end of each version.
+func putVersions(t *testing.T, d *DB, model map[string][]byte, versions, n int, after func()) {
+	t.Helper()
+	for ver := range versions {
+		for i := range n {
+			k := fmt.Sprintf("k%05d", i)
+			v := blobValueFor(k, ver, 100)
+			if err := d.Put([]byte(k), v, NoSync); err != nil {
+				t.Fatal(err)
+			}
+			model[k] = v
+		}
+		if after != nil {
+			after()
 		}
 	}
-	slices.Sort(out)
-	return out
 }
 
 func recvErr(t *testing.T, ch <-chan error, what string) error {
@@ -62,16 +67,7 @@ func TestCloseCancelsCompaction(t *testing.T) {
 	fill.MemTableSizeBytes = 8 << 20
 	d := mustOpen(t, "db", fill)
 	model := map[string][]byte{}
-	for ver := range 2 {
-		for i := range 4000 {
-			k := fmt.Sprintf("k%05d", i)
-			v := blobValueFor(k, ver, 100)
-			if err := d.Put([]byte(k), v, NoSync); err != nil {
-				t.Fatal(err)
-			}
-			model[k] = v
-		}
-	}
+	putVersions(t, d, model, 2, 4000, nil)
 	if err := d.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +126,7 @@ func TestCloseCancelsCompaction(t *testing.T) {
 	}
 
 	d = open(mem)
-	before := tableFilesOf(d)
+	before := tablesInVersion(d)
 	tables.Store(0)
 	blockFirstBlob.Store(true)
 	armed.Store(true)
@@ -158,7 +154,7 @@ func TestCloseCancelsCompaction(t *testing.T) {
 
 	d = reopenSweepsNothing(t, mem, blobTestOptions(mem, 64))
 	defer d.Close()
-	if after := tableFilesOf(d); !slices.Equal(after, before) {
+	if after := tablesInVersion(d); !slices.Equal(after, before) {
 		t.Errorf("tables after the cancelled compaction %v, want those before it %v", after, before)
 	}
 	if blobs := blobFilesOf(d); len(blobs) > 0 {
@@ -218,20 +214,12 @@ func TestCloseCancelsBackgroundCompaction(t *testing.T) {
 	fill.MemTableSizeBytes = 8 << 20
 	d := mustOpen(t, "db", fill)
 	model := map[string][]byte{}
-	for ver := range 3 {
-		for i := range 3000 {
-			k := fmt.Sprintf("k%05d", i)
-			v := blobValueFor(k, ver, 100)
-			if err := d.Put([]byte(k), v, NoSync); err != nil {
-				t.Fatal(err)
-			}
-			model[k] = v
-		}
+	putVersions(t, d, model, 3, 3000, func() {
 		if err := d.Flush(); err != nil {
 			t.Fatal(err)
 		}
-	}
-	before := tableFilesOf(d)
+	})
+	before := tablesInVersion(d)
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +257,7 @@ func TestCloseCancelsBackgroundCompaction(t *testing.T) {
 
 	d = reopenSweepsNothing(t, mem, fill)
 	defer d.Close()
-	if after := tableFilesOf(d); !slices.Equal(after, before) {
+	if after := tablesInVersion(d); !slices.Equal(after, before) {
 		t.Errorf("tables after the cancelled compaction %v, want those before it %v", after, before)
 	}
 	checkModel(t, d, model)

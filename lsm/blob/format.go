@@ -181,11 +181,7 @@ func (w *Writer) Add(key, value []byte) (Index, error) {
 	if RecordLen(len(key), len(value)) > maxRecordLen {
 		return Index{}, base.InvalidArgumentf("blob: record of %d bytes", RecordLen(len(key), len(value)))
 	}
-	start := len(w.buf)
-	w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(len(key)))
-	w.buf = binary.LittleEndian.AppendUint32(w.buf, 0) // the stored value's length, below
-	w.buf = append(w.buf, key...)
-	vstart := len(w.buf)
+	start, vstart := w.startRecord(key)
 	c := w.compression
 	switch c {
 	case CompressionSnappy:
@@ -208,6 +204,17 @@ func (w *Writer) Add(key, value []byte) (Index, error) {
 	return w.finishRecord(key, start, vstart, c)
 }
 
+// startRecord appends a record's header (the stored value's length left
+// for finishRecord) and key, and returns where the record and its value
+// start in w.buf.
+func (w *Writer) startRecord(key []byte) (start, vstart int) {
+	start = len(w.buf)
+	w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(len(key)))
+	w.buf = binary.LittleEndian.AppendUint32(w.buf, 0) // the stored value's length, by finishRecord
+	w.buf = append(w.buf, key...)
+	return start, len(w.buf)
+}
+
 // AddStored appends the record (key, stored), whose value is already
 // stored as c, and returns its index: the record Add writes for the value
 // stored decodes to, without decoding and encoding it again, if c is w's
@@ -224,11 +231,7 @@ func (w *Writer) AddStored(key, stored []byte, c Compression) (Index, error) {
 	if RecordLen(len(key), len(stored)) > maxRecordLen {
 		return Index{}, base.InvalidArgumentf("blob: record of %d bytes", RecordLen(len(key), len(stored)))
 	}
-	start := len(w.buf)
-	w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(len(key)))
-	w.buf = binary.LittleEndian.AppendUint32(w.buf, 0) // the stored value's length, below
-	w.buf = append(w.buf, key...)
-	vstart := len(w.buf)
+	start, vstart := w.startRecord(key)
 	w.buf = append(w.buf, stored...)
 	return w.finishRecord(key, start, vstart, c)
 }
