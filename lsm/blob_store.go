@@ -248,32 +248,28 @@ const (
 
 // view returns the verified record x as a view of a readahead buffer.
 func (ra *blobReadahead) view(d *DB, x blob.Index, ukey []byte) (blob.Handle, error) {
+	if x.Compression == blob.CompressionNone {
+		rec, vs, vl, _, err := ra.verified(d, x, ukey)
+		if err != nil {
+			return blob.Handle{}, err
+		}
+		return blob.ViewHandle(rec, vs, vl), nil
+	}
 	f := ra.file(x.FileNum)
 	rec, err := f.record(d, x)
 	if err != nil {
 		return blob.Handle{}, err
 	}
-	if x.Compression != blob.CompressionNone {
-		// Decoded into the iterator's scratch buffer, which the next
-		// value reuses: the iterator releases a value before it asks for
-		// the next.
-		v, c, err := blob.ReadValue(f.compression, rec, ukey, &ra.scratch)
-		if err == nil && c != x.Compression {
-			err = base.CorruptionErrorf("blob: record's value is stored %s, index says %s", c, x.Compression)
-		}
-		if err != nil {
-			return blob.Handle{}, fmt.Errorf("blob: file %s: record at %d: %w", x.FileNum, x.Offset, err)
-		}
-		return blob.ViewHandle(v, 0, len(v)), nil
-	}
-	vs, vl, err := blob.VerifyRecord(rec, ukey)
-	if err == nil {
-		err = blob.CheckRecordCompression(f.compression, x, rec)
+	// Decoded into the iterator's scratch buffer, which the next value
+	// reuses: the iterator releases a value before it asks for the next.
+	v, c, err := blob.ReadValue(f.compression, rec, ukey, &ra.scratch)
+	if err == nil && c != x.Compression {
+		err = base.CorruptionErrorf("blob: record's value is stored %s, index says %s", c, x.Compression)
 	}
 	if err != nil {
 		return blob.Handle{}, fmt.Errorf("blob: file %s: record at %d: %w", x.FileNum, x.Offset, err)
 	}
-	return blob.ViewHandle(rec, vs, vl), nil
+	return blob.ViewHandle(v, 0, len(v)), nil
 }
 
 // stored returns the stored value of the verified record x of key ukey,
@@ -281,19 +277,30 @@ func (ra *blobReadahead) view(d *DB, x blob.Index, ukey []byte) (blob.Handle, er
 // compression of x's file (x.Compression says how the value is stored:
 // the file's, or none).
 func (ra *blobReadahead) stored(d *DB, x blob.Index, ukey []byte) ([]byte, blob.Compression, error) {
-	f := ra.file(x.FileNum)
-	rec, err := f.record(d, x)
+	rec, vs, vl, c, err := ra.verified(d, x, ukey)
 	if err != nil {
 		return nil, 0, err
 	}
-	vs, vl, err := blob.VerifyRecord(rec, ukey)
+	return rec[vs : vs+vl], c, nil
+}
+
+// verified returns record x of key ukey from a readahead buffer, verified
+// (checksum, key, compression as the index says), with where its stored
+// value lies in it and the compression of x's file.
+func (ra *blobReadahead) verified(d *DB, x blob.Index, ukey []byte) (rec []byte, vs, vl int, fileC blob.Compression, err error) {
+	f := ra.file(x.FileNum)
+	rec, err = f.record(d, x)
+	if err != nil {
+		return nil, 0, 0, 0, err
+	}
+	vs, vl, err = blob.VerifyRecord(rec, ukey)
 	if err == nil {
 		err = blob.CheckRecordCompression(f.compression, x, rec)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("blob: file %s: record at %d: %w", x.FileNum, x.Offset, err)
+		return nil, 0, 0, 0, fmt.Errorf("blob: file %s: record at %d: %w", x.FileNum, x.Offset, err)
 	}
-	return rec[vs : vs+vl], f.compression, nil
+	return rec, vs, vl, f.compression, nil
 }
 
 // file returns the readahead state of file n, taking the next slot if
