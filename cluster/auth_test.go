@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/cluster/auth"
+	"github.com/cairnkv/cairn/cluster/membership"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -154,6 +155,17 @@ func TestAuthTokens(t *testing.T) {
 	if err != nil {
 		t.Fatalf("admin backup: %v", err)
 	}
+	// The fan-out asks the members the follower's gossip sees alive: wait
+	// until that is all three (formCluster waits for raft, not gossip).
+	waitFor(t, 10*time.Second, "the follower's gossip to see 3 alive members", func() bool {
+		alive := 0
+		for _, m := range *follower.members.Load() {
+			if m.State == membership.StateAlive {
+				alive++
+			}
+		}
+		return alive == 3
+	})
 	kr, err := adm.GossipKeyring(ctx(), &cairnpb.GossipKeyringRequest{Op: cairnpb.GossipKeyringRequest_LIST})
 	if err != nil {
 		t.Fatalf("admin keyring list: %v", err)
