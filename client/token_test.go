@@ -33,7 +33,7 @@ func TestToken(t *testing.T) {
 	}
 	cfg := nodeConfig(dir, "n1")
 	cfg.BootstrapExpect = 1
-	cfg.AuthFile, cfg.AuthPeerToken = policy, "peer"
+	cfg.AuthFile, cfg.AuthPeerToken, cfg.InsecureAuthWithoutTLS = policy, "peer", true
 	n, err := cluster.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -77,7 +77,7 @@ func TestAuthTokens(t *testing.T) {
 	policy := writePolicy(t, map[string]string{ro: "read-only", rw: "read-write", admin: "admin", peerTok: "peer"})
 	tc := newTestCluster(t)
 	nodes := tc.formCluster(3, func(c *Config) {
-		c.AuthFile, c.AuthPeerToken = policy, peerTok
+		c.AuthFile, c.AuthPeerToken, c.InsecureAuthWithoutTLS = policy, peerTok, true
 		c.GossipKey = bytes.Repeat([]byte{7}, 16) // for the keyring fan-out below
 	})
 	// Every method the node serves has a role.
@@ -213,15 +213,19 @@ func TestAuthConfig(t *testing.T) {
 		set  func(*Config)
 		want string // "" for success
 	}{
-		{"policy and peer token", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, peerTok }, ""},
+		{"policy and peer token", func(c *Config) { c.AuthFile, c.AuthPeerToken, c.InsecureAuthWithoutTLS = good, peerTok, true }, ""},
+		{"policy without TLS, not said insecure", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, peerTok }, "insecure-auth-without-tls"},
 		{"policy and peer CA", func(c *Config) { c.AuthFile, c.TLS = good, ca.node(t, c.ID) }, ""},
 		{"no policy", func(c *Config) {}, ""},
-		{"bad policy", func(c *Config) { c.AuthFile, c.AuthPeerToken = bad, peerTok }, "never the token itself"},
-		{"missing policy", func(c *Config) { c.AuthFile, c.AuthPeerToken = bad+".missing", peerTok }, "no such file"},
-		{"no way to recognise peers", func(c *Config) { c.AuthFile = good }, "nodes must recognise each other"},
-		{"peer token without the peer role", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, rwTok }, "role peer"},
-		{"unknown peer token", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, otherTok }, "role peer"},
-		{"peer token with a space", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, "a b" }, "printable ASCII"},
+		{"bad policy", func(c *Config) { c.AuthFile, c.AuthPeerToken = bad, peerTok; c.InsecureAuthWithoutTLS = true }, "never the token itself"},
+		{"missing policy", func(c *Config) {
+			c.AuthFile, c.AuthPeerToken = bad+".missing", peerTok
+			c.InsecureAuthWithoutTLS = true
+		}, "no such file"},
+		{"no way to recognise peers", func(c *Config) { c.AuthFile = good; c.InsecureAuthWithoutTLS = true }, "nodes must recognise each other"},
+		{"peer token without the peer role", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, rwTok; c.InsecureAuthWithoutTLS = true }, "role peer"},
+		{"unknown peer token", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, otherTok; c.InsecureAuthWithoutTLS = true }, "role peer"},
+		{"peer token with a space", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, "a b"; c.InsecureAuthWithoutTLS = true }, "printable ASCII"},
 		{"peer token without policy", func(c *Config) { c.AuthPeerToken = peerTok }, "without an authorization file"},
 		{"bad peer CA file", func(c *Config) { c.AuthFile, c.TLS = good, ca.node(t, c.ID); c.TLS.PeerCAFile = bad }, "peer CA file"},
 	} {

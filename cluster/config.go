@@ -45,6 +45,11 @@ const (
 	DefaultSnapshotRetain    = 2
 )
 
+// DefaultMaxConnsPerIP is the default of Config.MaxConnsPerIP: enough for
+// many client processes behind one address (a NAT, a load generator), few
+// enough that one host cannot exhaust the node's file descriptors.
+const DefaultMaxConnsPerIP = 256
+
 // ErrInvalidConfig is wrapped by every error about a Config.
 var ErrInvalidConfig = errors.New("cluster: invalid configuration")
 
@@ -190,6 +195,16 @@ type Config struct {
 	// role peer. Never logged.
 	AuthPeerToken string
 
+	// InsecureAuthWithoutTLS lets AuthFile be used without TLS. Without
+	// TLS the raft port takes AppendEntries from anyone who can reach it,
+	// so tokens protect only the gRPC port; New refuses AuthFile without
+	// TLS unless this says the operator knows (README.md, "Security").
+	InsecureAuthWithoutTLS bool
+	// MaxConnsPerIP caps the gRPC connections open at once from one remote
+	// IP address; further ones are closed at accept. Default
+	// DefaultMaxConnsPerIP; -1 means no cap.
+	MaxConnsPerIP int
+
 	// Logger receives the node's, raft's and memberlist's logs; nil
 	// discards them.
 	Logger *slog.Logger
@@ -276,6 +291,17 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := c.TLS.check(); err != nil {
 		return bad("%v", err)
+	}
+	if c.AuthFile != "" && !c.TLS.Enabled() && !c.InsecureAuthWithoutTLS {
+		return bad("an authorization file without TLS protects only the gRPC port: the raft port accepts " +
+			"log entries from anyone who can reach it. Turn TLS on, or say that you know with " +
+			"--insecure-auth-without-tls (Config.InsecureAuthWithoutTLS)")
+	}
+	if c.MaxConnsPerIP == 0 {
+		c.MaxConnsPerIP = DefaultMaxConnsPerIP
+	}
+	if c.MaxConnsPerIP < -1 {
+		return bad("max connections per IP %d: use a positive cap, or -1 for none", c.MaxConnsPerIP)
 	}
 	if c.BootstrapExpect < 0 {
 		return bad("bootstrap-expect %d < 0", c.BootstrapExpect)

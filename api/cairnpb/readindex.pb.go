@@ -21,6 +21,124 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ProvePeerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 32 fresh random bytes of the caller.
+	Challenge     []byte `protobuf:"bytes,1,opt,name=challenge,proto3" json:"challenge,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProvePeerRequest) Reset() {
+	*x = ProvePeerRequest{}
+	mi := &file_cairnpb_readindex_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProvePeerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProvePeerRequest) ProtoMessage() {}
+
+func (x *ProvePeerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cairnpb_readindex_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProvePeerRequest.ProtoReflect.Descriptor instead.
+func (*ProvePeerRequest) Descriptor() ([]byte, []int) {
+	return file_cairnpb_readindex_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ProvePeerRequest) GetChallenge() []byte {
+	if x != nil {
+		return x.Challenge
+	}
+	return nil
+}
+
+type ProvePeerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answering node's ID and the gRPC address it advertises.
+	NodeId   string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	GrpcAddr string `protobuf:"bytes,2,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	// 32 fresh random bytes of the answering node.
+	Nonce []byte `protobuf:"bytes,3,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	// HMAC-SHA256 keyed with the peer token over a domain-separated
+	// encoding of (challenge, nonce, node_id, grpc_addr); empty if the
+	// node has no peer token.
+	Proof         []byte `protobuf:"bytes,4,opt,name=proof,proto3" json:"proof,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProvePeerResponse) Reset() {
+	*x = ProvePeerResponse{}
+	mi := &file_cairnpb_readindex_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProvePeerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProvePeerResponse) ProtoMessage() {}
+
+func (x *ProvePeerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cairnpb_readindex_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProvePeerResponse.ProtoReflect.Descriptor instead.
+func (*ProvePeerResponse) Descriptor() ([]byte, []int) {
+	return file_cairnpb_readindex_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ProvePeerResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ProvePeerResponse) GetGrpcAddr() string {
+	if x != nil {
+		return x.GrpcAddr
+	}
+	return ""
+}
+
+func (x *ProvePeerResponse) GetNonce() []byte {
+	if x != nil {
+		return x.Nonce
+	}
+	return nil
+}
+
+func (x *ProvePeerResponse) GetProof() []byte {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
+}
+
 type ConfirmRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The leader's current term.
@@ -36,7 +154,7 @@ type ConfirmRequest struct {
 
 func (x *ConfirmRequest) Reset() {
 	*x = ConfirmRequest{}
-	mi := &file_cairnpb_readindex_proto_msgTypes[0]
+	mi := &file_cairnpb_readindex_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -48,7 +166,7 @@ func (x *ConfirmRequest) String() string {
 func (*ConfirmRequest) ProtoMessage() {}
 
 func (x *ConfirmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cairnpb_readindex_proto_msgTypes[0]
+	mi := &file_cairnpb_readindex_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -61,7 +179,7 @@ func (x *ConfirmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmRequest.ProtoReflect.Descriptor instead.
 func (*ConfirmRequest) Descriptor() ([]byte, []int) {
-	return file_cairnpb_readindex_proto_rawDescGZIP(), []int{0}
+	return file_cairnpb_readindex_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ConfirmRequest) GetTerm() uint64 {
@@ -97,7 +215,7 @@ type ConfirmResponse struct {
 
 func (x *ConfirmResponse) Reset() {
 	*x = ConfirmResponse{}
-	mi := &file_cairnpb_readindex_proto_msgTypes[1]
+	mi := &file_cairnpb_readindex_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -109,7 +227,7 @@ func (x *ConfirmResponse) String() string {
 func (*ConfirmResponse) ProtoMessage() {}
 
 func (x *ConfirmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cairnpb_readindex_proto_msgTypes[1]
+	mi := &file_cairnpb_readindex_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -122,7 +240,7 @@ func (x *ConfirmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmResponse.ProtoReflect.Descriptor instead.
 func (*ConfirmResponse) Descriptor() ([]byte, []int) {
-	return file_cairnpb_readindex_proto_rawDescGZIP(), []int{1}
+	return file_cairnpb_readindex_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ConfirmResponse) GetTerm() uint64 {
@@ -143,16 +261,24 @@ var File_cairnpb_readindex_proto protoreflect.FileDescriptor
 
 const file_cairnpb_readindex_proto_rawDesc = "" +
 	"\n" +
-	"\x17cairnpb/readindex.proto\x12\bcairn.v1\"W\n" +
+	"\x17cairnpb/readindex.proto\x12\bcairn.v1\"0\n" +
+	"\x10ProvePeerRequest\x12\x1c\n" +
+	"\tchallenge\x18\x01 \x01(\fR\tchallenge\"u\n" +
+	"\x11ProvePeerResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
+	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x14\n" +
+	"\x05nonce\x18\x03 \x01(\fR\x05nonce\x12\x14\n" +
+	"\x05proof\x18\x04 \x01(\fR\x05proof\"W\n" +
 	"\x0eConfirmRequest\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\x04R\x05nonce\x12\x1b\n" +
 	"\tleader_id\x18\x03 \x01(\tR\bleaderId\";\n" +
 	"\x0fConfirmResponse\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x14\n" +
-	"\x05nonce\x18\x02 \x01(\x04R\x05nonce2K\n" +
+	"\x05nonce\x18\x02 \x01(\x04R\x05nonce2\x91\x01\n" +
 	"\tReadIndex\x12>\n" +
-	"\aConfirm\x12\x18.cairn.v1.ConfirmRequest\x1a\x19.cairn.v1.ConfirmResponseB&Z$github.com/cairnkv/cairn/api/cairnpbb\x06proto3"
+	"\aConfirm\x12\x18.cairn.v1.ConfirmRequest\x1a\x19.cairn.v1.ConfirmResponse\x12D\n" +
+	"\tProvePeer\x12\x1a.cairn.v1.ProvePeerRequest\x1a\x1b.cairn.v1.ProvePeerResponseB&Z$github.com/cairnkv/cairn/api/cairnpbb\x06proto3"
 
 var (
 	file_cairnpb_readindex_proto_rawDescOnce sync.Once
@@ -166,16 +292,20 @@ func file_cairnpb_readindex_proto_rawDescGZIP() []byte {
 	return file_cairnpb_readindex_proto_rawDescData
 }
 
-var file_cairnpb_readindex_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_cairnpb_readindex_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_cairnpb_readindex_proto_goTypes = []any{
-	(*ConfirmRequest)(nil),  // 0: cairn.v1.ConfirmRequest
-	(*ConfirmResponse)(nil), // 1: cairn.v1.ConfirmResponse
+	(*ProvePeerRequest)(nil),  // 0: cairn.v1.ProvePeerRequest
+	(*ProvePeerResponse)(nil), // 1: cairn.v1.ProvePeerResponse
+	(*ConfirmRequest)(nil),    // 2: cairn.v1.ConfirmRequest
+	(*ConfirmResponse)(nil),   // 3: cairn.v1.ConfirmResponse
 }
 var file_cairnpb_readindex_proto_depIdxs = []int32{
-	0, // 0: cairn.v1.ReadIndex.Confirm:input_type -> cairn.v1.ConfirmRequest
-	1, // 1: cairn.v1.ReadIndex.Confirm:output_type -> cairn.v1.ConfirmResponse
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
+	2, // 0: cairn.v1.ReadIndex.Confirm:input_type -> cairn.v1.ConfirmRequest
+	0, // 1: cairn.v1.ReadIndex.ProvePeer:input_type -> cairn.v1.ProvePeerRequest
+	3, // 2: cairn.v1.ReadIndex.Confirm:output_type -> cairn.v1.ConfirmResponse
+	1, // 3: cairn.v1.ReadIndex.ProvePeer:output_type -> cairn.v1.ProvePeerResponse
+	2, // [2:4] is the sub-list for method output_type
+	0, // [0:2] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -192,7 +322,7 @@ func file_cairnpb_readindex_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cairnpb_readindex_proto_rawDesc), len(file_cairnpb_readindex_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,7 +19,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ReadIndex_Confirm_FullMethodName = "/cairn.v1.ReadIndex/Confirm"
+	ReadIndex_Confirm_FullMethodName   = "/cairn.v1.ReadIndex/Confirm"
+	ReadIndex_ProvePeer_FullMethodName = "/cairn.v1.ReadIndex/ProvePeer"
 )
 
 // ReadIndexClient is the client API for ReadIndex service.
@@ -35,6 +36,13 @@ type ReadIndexClient interface {
 	// otherwise FAILED_PRECONDITION. INVALID_ARGUMENT for a request without
 	// a term or leader_id.
 	Confirm(ctx context.Context, in *ConfirmRequest, opts ...grpc.CallOption) (*ConfirmResponse, error)
+	// ProvePeer lets a node verify that the server at an address is the
+	// cluster node it claims to be before it sends that address a
+	// credential or makes it a raft server (cluster/verify.go). Open to
+	// everyone: the answer proves knowledge of the peer token without
+	// revealing it. With TLS the caller checks instead that the server's
+	// certificate names node_id; proof is then empty.
+	ProvePeer(ctx context.Context, in *ProvePeerRequest, opts ...grpc.CallOption) (*ProvePeerResponse, error)
 }
 
 type readIndexClient struct {
@@ -55,6 +63,16 @@ func (c *readIndexClient) Confirm(ctx context.Context, in *ConfirmRequest, opts 
 	return out, nil
 }
 
+func (c *readIndexClient) ProvePeer(ctx context.Context, in *ProvePeerRequest, opts ...grpc.CallOption) (*ProvePeerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProvePeerResponse)
+	err := c.cc.Invoke(ctx, ReadIndex_ProvePeer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReadIndexServer is the server API for ReadIndex service.
 // All implementations must embed UnimplementedReadIndexServer
 // for forward compatibility.
@@ -68,6 +86,13 @@ type ReadIndexServer interface {
 	// otherwise FAILED_PRECONDITION. INVALID_ARGUMENT for a request without
 	// a term or leader_id.
 	Confirm(context.Context, *ConfirmRequest) (*ConfirmResponse, error)
+	// ProvePeer lets a node verify that the server at an address is the
+	// cluster node it claims to be before it sends that address a
+	// credential or makes it a raft server (cluster/verify.go). Open to
+	// everyone: the answer proves knowledge of the peer token without
+	// revealing it. With TLS the caller checks instead that the server's
+	// certificate names node_id; proof is then empty.
+	ProvePeer(context.Context, *ProvePeerRequest) (*ProvePeerResponse, error)
 	mustEmbedUnimplementedReadIndexServer()
 }
 
@@ -80,6 +105,9 @@ type UnimplementedReadIndexServer struct{}
 
 func (UnimplementedReadIndexServer) Confirm(context.Context, *ConfirmRequest) (*ConfirmResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Confirm not implemented")
+}
+func (UnimplementedReadIndexServer) ProvePeer(context.Context, *ProvePeerRequest) (*ProvePeerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ProvePeer not implemented")
 }
 func (UnimplementedReadIndexServer) mustEmbedUnimplementedReadIndexServer() {}
 func (UnimplementedReadIndexServer) testEmbeddedByValue()                   {}
@@ -120,6 +148,24 @@ func _ReadIndex_Confirm_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReadIndex_ProvePeer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProvePeerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReadIndexServer).ProvePeer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReadIndex_ProvePeer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReadIndexServer).ProvePeer(ctx, req.(*ProvePeerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ReadIndex_ServiceDesc is the grpc.ServiceDesc for ReadIndex service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -130,6 +176,10 @@ var ReadIndex_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Confirm",
 			Handler:    _ReadIndex_Confirm_Handler,
+		},
+		{
+			MethodName: "ProvePeer",
+			Handler:    _ReadIndex_ProvePeer_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -46,6 +46,9 @@ var required = map[string]Role{
 
 	// Node to node: the leader's read confirmation rounds.
 	cairnpb.ReadIndex_Confirm_FullMethodName: Peer,
+	// A node proving who it is to a peer that verifies it before trusting
+	// it (cluster/verify.go): the answer reveals no secret.
+	cairnpb.ReadIndex_ProvePeer_FullMethodName: Open,
 
 	// Health checks stay open: load balancers and orchestrators probe
 	// them without credentials, and they reveal only serving status.

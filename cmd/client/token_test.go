@@ -30,7 +30,7 @@ func authNode(t *testing.T) *cluster.Node {
 	}
 	cfg := nodeConfig(dir, "auth1")
 	cfg.BootstrapExpect = 1
-	cfg.AuthFile, cfg.AuthPeerToken = policy, "peer-secret"
+	cfg.AuthFile, cfg.AuthPeerToken, cfg.InsecureAuthWithoutTLS = policy, "peer-secret", true
 	n, err := cluster.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
