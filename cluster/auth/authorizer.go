@@ -2,10 +2,14 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -13,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 // AuthorizationKey is the gRPC metadata key of a bearer token
@@ -24,6 +29,12 @@ const AuthorizationKey = "authorization"
 type Authorizer struct {
 	policy  *Policy
 	peerCAs *x509.CertPool
+	// peerAllowed is SetPeerAllowed's function (nil: every node
+	// certificate of the peer CA is a peer).
+	peerAllowed atomic.Pointer[func(nodeID string) bool]
+	// peerChains caches isPeer's chain verifications (two signature
+	// checks per chain link) by the certificates presented.
+	peerChains verifyCache
 }
 
 // New returns an Authorizer of policy. peerCAs is the cluster CA: a
@@ -37,10 +48,66 @@ func New(policy *Policy, peerCAs *x509.CertPool) *Authorizer {
 	return &Authorizer{policy: policy, peerCAs: peerCAs}
 }
 
+// SetPeerAllowed restricts the role peer to the nodes f allows. With f
+// set, a node certificate of the peer CA (see isPeer) is a peer only if f
+// returns true for one of its NodeNames, tried in order, and that name is
+// the peer's Identity.Name; a node certificate none of whose names f
+// allows is an ordinary client certificate: the policy's "certs" may give
+// one of its names a role, else it has none. nil (the default) makes
+// every node certificate of the peer CA a peer, named by its CN.
+//
+// It may be called at any time, also while serving (the function is
+// stored atomically). f is called on every call a caller with a node
+// certificate makes, from the gRPC interceptors (never from TapHandle):
+// it must be fast and must not block (read a configuration the node keeps
+// up to date, rather than ask raft for it).
+func (a *Authorizer) SetPeerAllowed(f func(nodeID string) bool) {
+	if f == nil {
+		a.peerAllowed.Store(nil)
+		return
+	}
+	a.peerAllowed.Store(&f)
+}
+
+// NodeNames returns the node IDs a node certificate c can name: its
+// subject CN, then its DNS SANs (`cairn-node certs` makes node
+// certificates with CN and a DNS SAN the node's name; their other SANs,
+// localhost and the extra hosts, name no node unless a node has that ID),
+// without repeats. It does not check that c is a node certificate.
+func NodeNames(c *x509.Certificate) []string {
+	var names []string
+	if c.Subject.CommonName != "" {
+		names = append(names, c.Subject.CommonName)
+	}
+	for _, n := range c.DNSNames {
+		if n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// peerName returns the name of the peer whose node certificate is leaf,
+// and false if SetPeerAllowed's function allows none of its names.
+func (a *Authorizer) peerName(leaf *x509.Certificate) (string, bool) {
+	f := a.peerAllowed.Load()
+	if f == nil {
+		return leaf.Subject.CommonName, true
+	}
+	for _, n := range NodeNames(leaf) {
+		if (*f)(n) {
+			return n, true
+		}
+	}
+	return "", false
+}
+
 // Identity is who a caller is.
 type Identity struct {
-	// Kind says how it was learned: "peer certificate", "certificate" or
-	// "bearer token".
+	// Kind says how it was learned: "peer certificate", "certificate",
+	// "non-peer node certificate" (a node certificate of the peer CA
+	// whose names SetPeerAllowed's function refuses, without a role in
+	// the policy) or "bearer token".
 	Kind string
 	// Name is the certificate name that matched ("" for a token: tokens
 	// are never shown).
@@ -58,32 +125,38 @@ func (id Identity) String() string {
 }
 
 // Identify returns the identity of the caller in ctx (a gRPC server
-// context): a verified client certificate that is a peer's; else a
-// verified client certificate whose CN, DNS SAN or URI SAN the policy
-// names; else the bearer token in the metadata, if the policy knows it;
-// else a verified certificate with no role. ok is false when the caller
-// presented nothing; err (Unauthenticated) when it presented a malformed
-// or unknown token.
+// context): a verified client certificate that is a peer's (a node
+// certificate of the peer CA that SetPeerAllowed's function, if any,
+// allows); else a verified client certificate whose CN, DNS SAN or URI
+// SAN the policy names; else the bearer token in the metadata, if the
+// policy knows it; else a verified certificate with no role. ok is false
+// when the caller presented nothing; err (Unauthenticated) when it
+// presented a malformed or unknown token.
 func (a *Authorizer) Identify(ctx context.Context) (id Identity, ok bool, err error) {
 	var cert *Identity
-	if p, found := peer.FromContext(ctx); found {
-		if ti, isTLS := p.AuthInfo.(credentials.TLSInfo); isTLS && len(ti.State.VerifiedChains) > 0 && len(ti.State.VerifiedChains[0]) > 0 {
-			chains := ti.State.VerifiedChains
-			leaf := chains[0][0]
-			if a.isPeer(leaf, chains) {
-				return Identity{Kind: "peer certificate", Name: leaf.Subject.CommonName, Role: Peer}, true, nil
-			}
-			names := certNames(leaf)
-			if r, name, known := a.policy.CertRole(names); known {
-				return Identity{Kind: "certificate", Name: name, Role: r}, true, nil
-			}
-			cert = &Identity{Kind: "certificate", Name: leaf.Subject.CommonName}
-			if cert.Name == "" && len(names) > 0 {
-				cert.Name = names[0]
+	if ti, verified := verifiedTLS(ctx); verified {
+		chains := ti.State.VerifiedChains
+		leaf := chains[0][0]
+		nodeCert := a.isPeer(leaf, ti.State.PeerCertificates)
+		if nodeCert {
+			if name, allowed := a.peerName(leaf); allowed {
+				return Identity{Kind: "peer certificate", Name: name, Role: Peer}, true, nil
 			}
 		}
+		names := certNames(leaf)
+		if r, name, known := a.policy.CertRole(names); known {
+			return Identity{Kind: "certificate", Name: name, Role: r}, true, nil
+		}
+		cert = &Identity{Kind: "certificate", Name: leaf.Subject.CommonName}
+		if nodeCert {
+			cert.Kind = "non-peer node certificate"
+		}
+		if cert.Name == "" && len(names) > 0 {
+			cert.Name = names[0]
+		}
 	}
-	token, present, err := bearerToken(ctx)
+	md, _ := metadata.FromIncomingContext(ctx)
+	token, present, err := bearerToken(md)
 	switch {
 	case err != nil:
 		return Identity{}, false, err
@@ -99,32 +172,125 @@ func (a *Authorizer) Identify(ctx context.Context) (id Identity, ok bool, err er
 	return Identity{}, false, nil
 }
 
-// isPeer reports whether leaf, verified by the TLS handshake along
-// chains, is a node of this cluster: one chain ends at a root in the peer
-// CA pool, and leaf is a node certificate, for both server and client
-// authentication. The second condition matters when the client CA is the
-// peer CA (the dev setup of `cairn-node certs`): a client certificate
-// (client authentication only) from the same CA is not a peer.
-func (a *Authorizer) isPeer(leaf *x509.Certificate, chains [][]*x509.Certificate) bool {
+// verifiedTLS returns the TLS state of the caller in ctx (a gRPC server
+// context), if it presented a client certificate the handshake verified.
+func verifiedTLS(ctx context.Context) (credentials.TLSInfo, bool) {
+	p, found := peer.FromContext(ctx)
+	if !found {
+		return credentials.TLSInfo{}, false
+	}
+	ti, isTLS := p.AuthInfo.(credentials.TLSInfo)
+	if !isTLS || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
+		return credentials.TLSInfo{}, false
+	}
+	return ti, true
+}
+
+// isPeer reports whether leaf, verified by the TLS handshake (presented is
+// the chain the caller sent, leaf first), is a node certificate of this
+// cluster: it verifies against the peer CA pool, with the presented
+// intermediates, for server authentication and, separately, for client
+// authentication, as node certificates do (cluster/tls.go's
+// verifyNodeCert checks the same on node-to-node connections). x509 checks
+// the usages along the whole chain: a node certificate under an
+// intermediate CA restricted to client authentication is not a peer. The
+// separate checks matter because x509 accepts a chain valid for any of
+// the usages it is given. The usages keep a client certificate (client
+// authentication only: what `cairn-node certs` makes for clients) of the
+// peer CA from being a peer when the client CA is the peer CA (the dev
+// setup).
+//
+// Results are cached for a minute by the presented certificates (each
+// check verifies a signature per chain link, and isPeer runs on every
+// call).
+func (a *Authorizer) isPeer(leaf *x509.Certificate, presented []*x509.Certificate) bool {
 	if a.peerCAs == nil {
 		return false
 	}
+	// The leaf must name both usages (or any); an empty list, which x509
+	// takes as any usage, is no node certificate either.
 	if !hasUsage(leaf, x509.ExtKeyUsageServerAuth) || !hasUsage(leaf, x509.ExtKeyUsageClientAuth) {
 		return false
 	}
-	for _, chain := range chains {
-		if len(chain) == 0 {
-			continue
-		}
-		root := chain[len(chain)-1]
-		// A root in the pool verifies at once, without a signature check.
-		if _, err := root.Verify(x509.VerifyOptions{
-			Roots: a.peerCAs, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-		}); err == nil {
-			return true
+	var inter []*x509.Certificate
+	if len(presented) > 1 && presented[0].Equal(leaf) {
+		inter = presented[1:]
+	}
+	key := chainKey(leaf, inter)
+	now := time.Now()
+	if ok, cached := a.peerChains.get(key, now); cached {
+		return ok
+	}
+	ok := verifyPeerChain(leaf, inter, a.peerCAs)
+	a.peerChains.put(key, ok, now)
+	return ok
+}
+
+// verifyPeerChain verifies leaf against roots with the intermediates
+// inter, once for each usage of a node certificate.
+func verifyPeerChain(leaf *x509.Certificate, inter []*x509.Certificate, roots *x509.CertPool) bool {
+	pool := x509.NewCertPool()
+	for _, c := range inter {
+		pool.AddCert(c)
+	}
+	for _, u := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: pool, KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
+			return false
 		}
 	}
-	return false
+	return true
+}
+
+// chainKey identifies a presented chain: the SHA-256 of its certificates.
+func chainKey(leaf *x509.Certificate, inter []*x509.Certificate) [sha256.Size]byte {
+	h := sha256.New()
+	for _, c := range append([]*x509.Certificate{leaf}, inter...) {
+		var n [8]byte
+		for i := range n {
+			n[i] = byte(len(c.Raw) >> (8 * i))
+		}
+		h.Write(n[:])
+		h.Write(c.Raw)
+	}
+	var k [sha256.Size]byte
+	h.Sum(k[:0])
+	return k
+}
+
+// verifyCache remembers chain verifications for verifyCacheTTL; at
+// verifyCacheMax entries it starts over.
+type verifyCache struct {
+	mu sync.Mutex
+	m  map[[sha256.Size]byte]verifyResult
+}
+
+type verifyResult struct {
+	ok bool
+	at time.Time
+}
+
+const (
+	verifyCacheTTL = time.Minute
+	verifyCacheMax = 1024
+)
+
+func (c *verifyCache) get(k [sha256.Size]byte, now time.Time) (ok, found bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, found := c.m[k]
+	if !found || now.Sub(r.at) >= verifyCacheTTL || now.Before(r.at) {
+		return false, false
+	}
+	return r.ok, true
+}
+
+func (c *verifyCache) put(k [sha256.Size]byte, ok bool, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= verifyCacheMax {
+		c.m = make(map[[sha256.Size]byte]verifyResult)
+	}
+	c.m[k] = verifyResult{ok: ok, at: now}
 }
 
 func hasUsage(c *x509.Certificate, u x509.ExtKeyUsage) bool {
@@ -145,10 +311,9 @@ func certNames(c *x509.Certificate) []string {
 }
 
 // bearerToken returns the token of the "authorization: Bearer <token>"
-// metadata, whether there was one, and an Unauthenticated error if it is
-// malformed or repeated. The token never appears in an error.
-func bearerToken(ctx context.Context) (token string, present bool, err error) {
-	md, _ := metadata.FromIncomingContext(ctx)
+// metadata md, whether there was one, and an Unauthenticated error if it
+// is malformed or repeated. The token never appears in an error.
+func bearerToken(md metadata.MD) (token string, present bool, err error) {
 	vs := md.Get(AuthorizationKey)
 	switch len(vs) {
 	case 0:
@@ -179,10 +344,7 @@ func (a *Authorizer) Authorize(ctx context.Context, fullMethod string) error {
 		return err
 	}
 	if !ok {
-		if !known {
-			return status.Errorf(codes.Unauthenticated, "auth: %s needs credentials: no client certificate or bearer token", fullMethod)
-		}
-		return status.Errorf(codes.Unauthenticated, "auth: %s needs role %s: no client certificate or bearer token", fullMethod, need)
+		return noCredentials(fullMethod)
 	}
 	switch {
 	case !known && id.Role == Peer:
@@ -197,6 +359,54 @@ func (a *Authorizer) Authorize(ctx context.Context, fullMethod string) error {
 		return status.Errorf(codes.PermissionDenied, "auth: %s needs role %s; %s has role %s", fullMethod, need, id, id.Role)
 	}
 	return nil
+}
+
+// noCredentials is the error of a call to fullMethod (a method that is
+// not open) without a client certificate or a bearer token.
+func noCredentials(fullMethod string) error {
+	need, known := Required(fullMethod)
+	if !known {
+		return status.Errorf(codes.Unauthenticated, "auth: %s needs credentials: no client certificate or bearer token", fullMethod)
+	}
+	return status.Errorf(codes.Unauthenticated, "auth: %s needs role %s: no client certificate or bearer token", fullMethod, need)
+}
+
+// TapHandle refuses, with codes.Unauthenticated, a call that will be
+// refused anyway for want of an identity, as soon as its stream opens:
+// before gRPC reads its request. It is a tap.ServerInHandle
+// (grpc.InTapHandle, in ServerOptions). A call to an open method passes;
+// so does any call whose caller presented a client certificate the TLS
+// handshake verified (the interceptors decide what it may do: whether it
+// is a peer may depend on SetPeerAllowed's function, which TapHandle does
+// not call). Otherwise the caller must send a bearer token the policy
+// knows: no token, a malformed one, several, or an unknown one is refused
+// with the error Authorize would return. The role of a known token is
+// left to the interceptors too.
+//
+// Without it, the server reads and decodes a request (up to the maximum
+// message size, on every stream of a connection) before the interceptors
+// can refuse it. gRPC runs it on the connection's reading goroutine
+// (grpc-go v1.85 puts the connection's peer, with its TLS state, in ctx
+// for it, as for the interceptors), so it does no more than a map lookup
+// of the token's hash.
+func (a *Authorizer) TapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if need, known := Required(info.FullMethodName); known && need == Open {
+		return ctx, nil
+	}
+	if _, verified := verifiedTLS(ctx); verified {
+		return ctx, nil
+	}
+	token, present, err := bearerToken(info.Header)
+	switch {
+	case err != nil:
+		return ctx, err
+	case !present:
+		return ctx, noCredentials(info.FullMethodName)
+	}
+	if _, known := a.policy.TokenRole(token); !known {
+		return ctx, status.Error(codes.Unauthenticated, "auth: unknown bearer token")
+	}
+	return ctx, nil
 }
 
 // UnaryInterceptor authorizes unary calls.
@@ -215,10 +425,12 @@ func (a *Authorizer) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc
 	return handler(srv, ss)
 }
 
-// ServerOptions are the gRPC server options that install a's
-// interceptors. Put them before interceptors that do work for a call.
+// ServerOptions are the gRPC server options that install a's tap handle
+// (TapHandle: a server has only one, grpc.InTapHandle panics on a second)
+// and interceptors. Put them before interceptors that do work for a call.
 func (a *Authorizer) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.InTapHandle(a.TapHandle),
 		grpc.ChainUnaryInterceptor(a.UnaryInterceptor),
 		grpc.ChainStreamInterceptor(a.StreamInterceptor),
 	}

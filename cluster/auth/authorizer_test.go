@@ -24,7 +24,8 @@ var seedFlag = flag.Uint64("seed", 0, "seed of the randomized authorization test
 // The methods each role may call, written out (not derived from the
 // table's order of roles): the model the authorizer is checked against.
 var (
-	openMethods = []string{"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch", "/grpc.health.v1.Health/List"}
+	openMethods = []string{"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch", "/grpc.health.v1.Health/List",
+		"/cairn.v1.ReadIndex/ProvePeer"}
 	readMethods = []string{"/cairn.v1.KV/Get", "/cairn.v1.KV/Scan", "/cairn.v1.Cluster/Status", "/cairn.v1.Cluster/Members",
 		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"}
 	writeMethods = []string{"/cairn.v1.KV/Put", "/cairn.v1.KV/Delete", "/cairn.v1.KV/DeleteRange", "/cairn.v1.KV/Txn"}
@@ -103,6 +104,10 @@ func TestAuthorizeDecisionTable(t *testing.T) {
 	}
 	withPeers := New(policy, peerCA.pool())
 	noPeers := New(policy, nil)
+	// restricted allows only n2 as a peer (SetPeerAllowed): the node n3
+	// was removed from the cluster.
+	restricted := New(policy, peerCA.pool())
+	restricted.SetPeerAllowed(func(id string) bool { return id == "n2" })
 
 	issued := map[string]*x509.Certificate{} // by CA and spec: key generation is slow
 	tlsCtx := func(ctx context.Context, ca *testCA, s certSpec) context.Context {
@@ -124,7 +129,7 @@ func TestAuthorizeDecisionTable(t *testing.T) {
 		ctx := context.Background()
 		var c caller
 		// A certificate, perhaps.
-		switch rng.IntN(6) {
+		switch rng.IntN(7) {
 		case 0, 1: // none
 		case 2: // a mapped client certificate, by CN, DNS or URI SAN
 			r := roles[rng.IntN(len(roles))]
@@ -143,16 +148,28 @@ func TestAuthorizeDecisionTable(t *testing.T) {
 			ca := []*testCA{peerCA, clientCA}[rng.IntN(2)]
 			ctx, c.desc = tlsCtx(ctx, ca, certSpec{cn: "stranger"}), "unmapped cert"
 			c.role = "none"
-		case 4: // a node certificate
+		case 4: // a node certificate, of a node allowed or not
 			ca := []*testCA{peerCA, clientCA, foreignCA}[rng.IntN(3)]
-			ctx, c.desc = tlsCtx(ctx, ca, certSpec{cn: "n2", node: true}), "node cert of "+ca.cert.Subject.CommonName
+			s := []certSpec{{cn: "n2", node: true}, {cn: "n3", node: true}, {cn: "n3", dns: []string{"n2"}, node: true}}[rng.IntN(3)]
+			ctx, c.desc = tlsCtx(ctx, ca, s), fmt.Sprintf("node cert %+v of %s", s, ca.cert.Subject.CommonName)
 			c.role = "none"
-			if ca == peerCA && a.peerCAs != nil {
+			if ca == peerCA && a.peerCAs != nil && (a != restricted || s.cn == "n2" || slices.Contains(s.dns, "n2")) {
 				c.role = "peer"
 			}
 		case 5: // a mapped node certificate of a CA that is not the peer CA
 			ctx, c.desc = tlsCtx(ctx, clientCA, certSpec{cn: "cn-read-only", node: true}), "mapped node cert of the client CA"
 			c.role = "read-only"
+		case 6: // a node certificate of the peer CA that the policy also maps
+			s := []certSpec{{cn: "n3", dns: []string{"dns-admin.example"}, node: true}, {cn: "n2", dns: []string{"dns-read-write.example"}, node: true}}[rng.IntN(2)]
+			ctx, c.desc = tlsCtx(ctx, peerCA, s), fmt.Sprintf("mapped node cert %+v", s)
+			switch {
+			case a.peerCAs != nil && (a != restricted || s.cn == "n2"):
+				c.role = "peer"
+			case s.cn == "n3":
+				c.role = "admin"
+			default:
+				c.role = "read-write"
+			}
 		}
 		// A token, perhaps.
 		switch rng.IntN(5) {
@@ -185,8 +202,11 @@ func TestAuthorizeDecisionTable(t *testing.T) {
 	all := slices.Concat(openMethods, readMethods, writeMethods, adminMethods, peerMethods, []string{unknownMethod})
 	for i := range 3000 {
 		a := withPeers
-		if rng.IntN(4) == 0 {
+		switch rng.IntN(4) {
+		case 0:
 			a = noPeers
+		case 1:
+			a = restricted
 		}
 		c := newCaller(a)
 		m := all[rng.IntN(len(all))]

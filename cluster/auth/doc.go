@@ -24,12 +24,18 @@
 // the caller's identity in this order:
 //
 //  1. A client certificate verified by the TLS handshake that chains to
-//     the peer CA (the cluster CA, New's peerCAs) and carries both the
-//     server and the client authentication extended key usage, as node
-//     certificates do, is a peer. A certificate of the peer CA with client
+//     the peer CA (the cluster CA, New's peerCAs) and is valid, along the
+//     whole chain, for both server and client authentication, as node
+//     certificates are, is a peer. A certificate of the peer CA with client
 //     authentication only (what `cairn-node certs` makes for clients) is
 //     not: with the dev setup's single CA, every client certificate would
-//     otherwise be a peer.
+//     otherwise be a peer. Nor is one under an intermediate CA restricted
+//     to one of the usages. With Authorizer.SetPeerAllowed, a node
+//     certificate is a peer only if one of its NodeNames (CN, DNS SANs) is
+//     a node the function allows (the node: one in the raft
+//     configuration), so that removing a node from the cluster takes its
+//     certificate's peer role; a node certificate it refuses goes on to
+//     rule 2 like any client certificate.
 //  2. Else a verified client certificate whose CN, or any DNS or URI SAN,
 //     the policy's "certs" names has that role (the highest, if several
 //     names match). Names match exactly.
@@ -41,9 +47,11 @@
 //     without a role.
 //
 // No identity, or an unknown or malformed token, fails the call with
-// codes.Unauthenticated; an identity whose role is below the method's with
-// codes.PermissionDenied, whose message names the role needed and how the
-// caller was identified (a certificate's name, never a token).
+// codes.Unauthenticated (for a caller without a verified certificate, as
+// soon as its stream opens, before its request is read:
+// Authorizer.TapHandle); an identity whose role is below the method's
+// with codes.PermissionDenied, whose message names the role needed and
+// how the caller was identified (a certificate's name, never a token).
 //
 // # Policy file
 //

@@ -88,6 +88,7 @@ func TestRoleOfEachMethod(t *testing.T) {
 		"/cairn.v1.Cluster/Snapshot": Admin, "/cairn.v1.Cluster/Backup": Admin, "/cairn.v1.Cluster/Trace": Admin,
 		"/cairn.v1.Cluster/GossipKeyring": Admin,
 		"/cairn.v1.ReadIndex/Confirm":     Peer,
+		"/cairn.v1.ReadIndex/ProvePeer":   Open,
 		"/grpc.health.v1.Health/Check":    Open, "/grpc.health.v1.Health/Watch": Open, "/grpc.health.v1.Health/List": Open,
 	}
 	for m, r := range want {
