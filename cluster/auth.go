@@ -47,7 +47,8 @@ func newAuthorizer(c *Config, peerCAs *x509.CertPool) (*auth.Authorizer, error) 
 
 // authOptions returns the gRPC server options of authorization (none
 // without Config.AuthFile), and makes the node's own calls to peers carry
-// its peer token (Config.AuthPeerToken), if it has one. A follower
+// its peer token (Config.AuthPeerToken), if it has one, to the addresses
+// verified as peers (verify.go). A follower
 // forwards a client's request as itself: the client was authorized here,
 // and the leader sees a peer.
 func (n *Node) authOptions() []grpc.ServerOption {
@@ -55,14 +56,17 @@ func (n *Node) authOptions() []grpc.ServerOption {
 		return nil
 	}
 	if t := n.cfg.AuthPeerToken; t != "" {
-		n.fwd.setDialOptions(grpc.WithPerRPCCredentials(auth.TokenCredentials(t)))
+		n.fwd.setTokenFunc(func(addr string) grpc.DialOption {
+			return grpc.WithPerRPCCredentials(gatedToken{token: t, addr: addr, v: n.verifier})
+		})
 	}
 	return n.auth.ServerOptions()
 }
 
-// setDialOptions adds opts to those of every connection f makes from now.
-func (f *forwarder) setDialOptions(opts ...grpc.DialOption) {
+// setTokenFunc makes every connection f makes from now carry the
+// per-call credentials tok returns for its address.
+func (f *forwarder) setTokenFunc(tok func(addr string) grpc.DialOption) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.mu.dialOpts = append(f.mu.dialOpts, opts...)
+	f.mu.token = tok
 }

@@ -34,9 +34,10 @@ type forwarder struct {
 		sync.Mutex
 		conns  map[string]*grpc.ClientConn
 		closed bool
-		// dialOpts are added to every new connection's options (the
-		// peer token: cluster/auth.go).
-		dialOpts []grpc.DialOption
+		// token, if set, gives a new connection to addr its per-call
+		// credentials (the peer token, sent only to verified peers:
+		// cluster/auth.go, verify.go).
+		token func(addr string) grpc.DialOption
 	}
 }
 
@@ -62,7 +63,10 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: peerConnectBackoff, MinConnectTimeout: 20 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(f.maxMsg), grpc.MaxCallSendMsgSize(f.maxMsg)),
 	}, peerDialOptions...)
-	c, err := grpc.NewClient(addr, append(opts, f.mu.dialOpts...)...)
+	if f.mu.token != nil {
+		opts = append(opts, f.mu.token(addr))
+	}
+	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +136,7 @@ func (n *Node) leaderTarget(ctx context.Context) (context.Context, *grpc.ClientC
 	if id == n.cfg.ID {
 		return nil, nil, errBecameLeader
 	}
-	conn, err := n.fwd.conn(addr)
+	conn, err := n.peerConn(ctx, id, addr)
 	if err != nil {
 		return nil, nil, notLeaderError(id, addr, "cannot forward to the leader: %v", err)
 	}

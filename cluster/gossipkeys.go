@@ -201,7 +201,9 @@ func (s *clusterService) GossipKeyring(ctx context.Context, req *cairnpb.GossipK
 		go func() {
 			defer wg.Done()
 			out[i] = &cairnpb.GossipKeyringNode{NodeId: m.ID}
-			cc, err := n.fwd.conn(m.GRPCAddr)
+			// Only to verified peers: an impostor in gossip (it has the
+			// gossip key) must not be handed the new key or a token.
+			cc, err := n.peerConn(ctx, m.ID, m.GRPCAddr)
 			if err != nil {
 				out[i].Error = err.Error()
 				return

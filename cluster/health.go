@@ -71,7 +71,7 @@ func (n *Node) Readiness(ctx context.Context) Readiness {
 	default:
 		ctx, cancel := context.WithTimeout(ctx, readinessTimeout)
 		defer cancel()
-		st, err := n.peerStatus(ctx, leaderAddr)
+		st, err := n.peerStatus(ctx, leaderID, leaderAddr)
 		if err != nil {
 			r.Reason = fmt.Sprintf("asking leader %s for its commit index: %v", leaderID, err)
 			return r

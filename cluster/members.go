@@ -197,7 +197,7 @@ func (n *Node) tryBootstrap() (done bool, err error) {
 		if m.ID == n.cfg.ID {
 			continue
 		}
-		st, err := n.peerStatus(ctx, m.GRPCAddr)
+		st, err := n.peerStatus(ctx, m.ID, m.GRPCAddr)
 		if err != nil {
 			return false, fmt.Errorf("asking %s for its raft state: %w", m.ID, err)
 		}
@@ -212,12 +212,13 @@ func (n *Node) tryBootstrap() (done bool, err error) {
 	return true, n.bootstrap(servers)
 }
 
-// peerStatus asks a node for its Status.
-func (n *Node) peerStatus(ctx context.Context, grpcAddr string) (*cairnpb.StatusResponse, error) {
+// peerStatus asks node id at grpcAddr for its Status, once it is verified
+// as a peer (verify.go).
+func (n *Node) peerStatus(ctx context.Context, id, grpcAddr string) (*cairnpb.StatusResponse, error) {
 	if grpcAddr == "" {
 		return nil, errors.New("no gRPC address known")
 	}
-	conn, err := n.fwd.conn(grpcAddr)
+	conn, err := n.peerConn(ctx, id, grpcAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +257,9 @@ func (n *Node) reconcileOnce(ctx context.Context, tracker *membership.Tracker) e
 		Self:            raft.ServerID(n.cfg.ID),
 		Members:         members,
 		Config:          conf,
-		Progress:        n.collectProgress(ctx, conf),
+		Progress:        n.collectProgress(conf),
+		RequireVerified: n.verifier.mode != verifyNone,
+		Verified:        n.verifyMembers(ctx, members),
 		LeaderLastIndex: n.raft.LastIndex(),
 		Departed:        n.fsm.departed.snapshot(),
 		Policy:          n.cfg.Policy,
@@ -299,52 +302,67 @@ func (n *Node) gossipView() []membership.Member {
 	return n.disc.Members()
 }
 
-// collectProgress asks every configured server for its raft status (as
-// raft-autopilot does: hashicorp/raft does not export the leader's
-// replication state). A server is healthy if it answers and follows this
-// leader in the current term.
-func (n *Node) collectProgress(ctx context.Context, conf raft.Configuration) map[raft.ServerID]membership.ServerProgress {
+// collectProgress returns the raft progress of the configured servers as
+// this leader's raft saw it in the current term (replprogress.go): the
+// highest index each acknowledged and when it last answered. A server
+// that has not answered an AppendEntries of this term has no entry, and
+// one that has not answered for two heartbeat timeouts is unhealthy. Nothing here comes from the server's own account of itself.
+func (n *Node) collectProgress(conf raft.Configuration) map[raft.ServerID]membership.ServerProgress {
 	now := n.cfg.Now()
 	term := n.raft.CurrentTerm()
 	out := make(map[raft.ServerID]membership.ServerProgress, len(conf.Servers))
 	out[raft.ServerID(n.cfg.ID)] = membership.ServerProgress{LastIndex: n.raft.LastIndex(), LastContact: now, Healthy: true}
-	timeout := min(n.cfg.ReconcileInterval, time.Second)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var mu sync.Mutex
-	var wg sync.WaitGroup
 	for _, s := range conf.Servers {
 		if s.ID == raft.ServerID(n.cfg.ID) {
 			continue
 		}
-		addr := n.memberGRPCAddr(string(s.ID))
-		if addr == "" {
+		p := n.repl.get(s.ID, term)
+		if p.contact.IsZero() {
+			continue
+		}
+		// Raft's heartbeats answer every HeartbeatTimeout/10: two
+		// timeouts without one is a server raft cannot reach.
+		healthy := now.Sub(p.contact) <= 2*n.raftHeartbeatTimeout()
+		out[s.ID] = membership.ServerProgress{LastIndex: p.match, LastContact: p.contact, Healthy: healthy}
+	}
+	return out
+}
+
+// verifyMembers verifies every alive member that is not this node
+// (verify.go), at most peerVerifyTimeout in all, renewing verifications
+// that are half expired, and returns the IDs verified. nil with
+// verification off.
+func (n *Node) verifyMembers(ctx context.Context, members []membership.Member) map[raft.ServerID]bool {
+	if n.verifier.mode == verifyNone {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, peerVerifyTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, m := range members {
+		if m.ID == n.cfg.ID || m.State != membership.StateAlive || m.GRPCAddr == "" {
 			continue
 		}
 		wg.Add(1)
-		go func(id raft.ServerID) {
+		go func() {
 			defer wg.Done()
-			st, err := n.peerStatus(ctx, addr)
-			if err != nil || st.GetNodeId() != string(id) {
-				return
-			}
-			// The member's last contact is when it last heard from
-			// this leader, as it reports; the poll's own reply is the
-			// fallback (a member that reports none).
-			contact := n.cfg.Now()
-			if ms := st.GetLastLeaderContactMs(); ms > 0 {
-				contact = contact.Add(-time.Duration(ms) * time.Millisecond)
-			}
-			pr := membership.ServerProgress{
-				LastIndex:   st.GetLastLogIndex(),
-				LastContact: contact,
-				Healthy:     st.GetTerm() == term && st.GetLeaderId() == n.cfg.ID,
-			}
-			mu.Lock()
-			out[id] = pr
-			mu.Unlock()
-		}(s.ID)
+			n.verifyPeer(ctx, m.ID, m.GRPCAddr, true)
+		}()
 	}
 	wg.Wait()
+	out := make(map[raft.ServerID]bool)
+	for _, m := range members {
+		if n.verifier.isVerified(m.ID, m.GRPCAddr) {
+			out[raft.ServerID(m.ID)] = true
+		}
+	}
 	return out
+}
+
+// raftHeartbeatTimeout is raft's heartbeat timeout as configured.
+func (n *Node) raftHeartbeatTimeout() time.Duration {
+	if d := n.cfg.HeartbeatTimeout; d > 0 {
+		return d
+	}
+	return raft.DefaultConfig().HeartbeatTimeout
 }

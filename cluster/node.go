@@ -124,6 +124,11 @@ type Node struct {
 	compactions *compactionEvents
 	// auth authorizes gRPC calls (nil without Config.AuthFile).
 	auth *auth.Authorizer
+	// verifier keeps the members verified as peers (verify.go).
+	verifier *peerVerifier
+	// repl is the leader's view of its followers' replication
+	// (replprogress.go).
+	repl *replTracker
 
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
@@ -157,6 +162,14 @@ func New(cfg Config, deps *Deps) (*Node, error) {
 	if n.auth, err = newAuthorizer(&n.cfg, peerCAs); err != nil {
 		return nil, err
 	}
+	mode := verifyNone
+	switch {
+	case n.tls != nil:
+		mode = verifyTLS
+	case c.AuthPeerToken != "":
+		mode = verifyToken
+	}
+	n.verifier = newPeerVerifier(mode, c.AuthPeerToken)
 	n.leaderChange.init()
 	n.reconcilePoke = make(chan struct{}, 1)
 	n.bootstrapPoke = make(chan struct{}, 1)
@@ -225,6 +238,10 @@ func (n *Node) Start() (err error) {
 		n.netTrans = nt
 		n.closers = append(n.closers, nt)
 	}
+	// The leader judges its followers' health from its own raft's
+	// replication (replprogress.go).
+	n.repl = newReplTracker(c.Now)
+	trans = newObservedTransport(trans, n.repl)
 	n.raftAddr = string(trans.LocalAddr())
 	peerCreds := insecure.NewCredentials()
 	if n.tls != nil {

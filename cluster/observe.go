@@ -163,7 +163,7 @@ func (n *Node) MemberStatuses(ctx context.Context) ([]MemberStatus, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i].Status, out[i].Err = n.peerStatus(ctx, m.GetGrpcAddr())
+			out[i].Status, out[i].Err = n.peerStatus(ctx, m.GetId(), m.GetGrpcAddr())
 		}()
 	}
 	wg.Wait()

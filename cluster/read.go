@@ -209,10 +209,15 @@ func (n *Node) confirmRound() (uint64, error) {
 	// if too few are left for a quorum, confirm with a barrier entry
 	// instead, as before Confirm existed (a log write, but never a stale
 	// read and never a read refused for want of an address).
+	// A voter not verified as a peer (verify.go; verified by the
+	// reconcile loop, so this rarely dials) counts as unreachable.
 	var conns []*grpc.ClientConn
 	for _, id := range peers {
 		if addr := n.memberGRPCAddr(id); addr != "" {
-			if cc, err := n.fwd.conn(addr); err == nil {
+			vctx, cancel := context.WithTimeout(n.ctx, peerVerifyTimeout)
+			cc, err := n.peerConn(vctx, id, addr)
+			cancel()
+			if err == nil {
 				conns = append(conns, cc)
 			}
 		}

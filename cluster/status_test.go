@@ -115,8 +115,8 @@ func TestMembersLastContact(t *testing.T) {
 
 // TestPeerBackoffResetWhenGossipSeesIt: a follower down long enough for
 // the leader's gRPC connection to it to back off for 20s comes back; the
-// leader reconnects as soon as gossip sees it, so the member is healthy
-// again within seconds, not after the backoff.
+// leader reconnects as soon as gossip sees it, so its calls to the member
+// (read confirmations) work again within seconds, not after the backoff.
 func TestPeerBackoffResetWhenGossipSeesIt(t *testing.T) {
 	// gRPC's backoff, made steep so that two failed attempts (about 2s)
 	// reach a 20s wait; the default reaches that after about 30s down.
@@ -172,7 +172,17 @@ func TestPeerBackoffResetWhenGossipSeesIt(t *testing.T) {
 	// Wait for two failed connection attempts: the leader's polls find
 	// the connection broken and the first attempt fails (backoff 2s),
 	// then gRPC's retry fails (backoff 20s).
-	waitFor(t, 15*time.Second, "two failed connection attempts to the dead follower", func() bool { return failures(addr) >= before+2 })
+	// The leader's own calls to the follower (read confirmations,
+	// verification) use the connection; a call here stands for them.
+	kick := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		cairnpb.NewReadIndexClient(leader.fwd.mustConn(t, addr)).ProvePeer(ctx, &cairnpb.ProvePeerRequest{Challenge: make([]byte, 32)})
+	}
+	waitFor(t, 15*time.Second, "two failed connection attempts to the dead follower", func() bool {
+		kick()
+		return failures(addr) >= before+2
+	})
 	if st := leader.fwd.mustConn(t, addr).GetState(); st != connectivity.TransientFailure {
 		t.Fatalf("the leader's connection to the dead follower is %v", st)
 	}
@@ -186,7 +196,10 @@ func TestPeerBackoffResetWhenGossipSeesIt(t *testing.T) {
 	})
 	seen := time.Now()
 	// Generous, and still well below the 20s backoff.
-	waitFor(t, 10*time.Second, "the follower healthy again", healthy)
+	waitFor(t, 10*time.Second, "the follower healthy again, and the leader's gRPC connection to it ready", func() bool {
+		kick()
+		return healthy() && leader.fwd.mustConn(t, addr).GetState() == connectivity.Ready
+	})
 	t.Logf("healthy %v after gossip saw the follower (%v after the restart)", time.Since(seen).Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
 }
 
