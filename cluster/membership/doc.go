@@ -84,10 +84,42 @@
 //     stale view of the run that left, held by a leader that has not yet
 //     heard of the leave. The record is replicated by the caller (package
 //     cluster, doc.go "Departed servers") so that every later leader has it.
-//   - Raft refuses two servers with one address, so a server whose address a
-//     new alive member now uses is removed first (without the grace period:
-//     two processes cannot listen on one address) and the member added in
-//     the same round, after it.
+//   - Raft refuses two servers with one address, so a member claiming the
+//     raft address of a configured server waits until that server is gone
+//     (left, or failed past the grace period and unreachable by raft), and
+//     is then added (or its address updated) in the same round as the
+//     removal, after it. The claim itself removes nothing, and does not
+//     shorten the grace period: it is only gossip, and gossip takes no more
+//     than the gossip encryption key. When claims did shorten it, a fake
+//     member claiming a voter's address two seconds after the voter went
+//     dead in gossip (a restart) had the voter removed; the voter was not
+//     re-added when it came back. A claim only ranks the server it frees
+//     ahead of other failed ones when not all can be removed in a round.
+//   - Gossip does not prove that a member is a peer. With
+//     Input.RequireVerified, only members the caller has verified (package
+//     cluster, verify.go: over a connection the caller opened to the
+//     member's advertised gRPC address, a TLS certificate naming the
+//     member's ID or a proof of the peer token) are added, have their
+//     address updated, claim an address or are promoted. An unverified
+//     member can therefore neither join nor, by its claims, cause any
+//     server's removal. (Gossip about configured members, such as a leave,
+//     is still taken as it comes.)
+//     Configured voters are not demoted or removed for being unverified: a
+//     verification can fail for reasons of its own (a timeout, a new
+//     leader that has not verified yet), and that must not shrink the
+//     voters.
+//   - At most Policy.MaxPendingNonVoters (DefaultMaxPendingNonVoters, 3,
+//     unless set; negative for no cap) servers are pending at a time:
+//     configured non-voters that are not ready (healthy, caught up, in
+//     recent contact) and do not ask to stay non-voters (Meta.NonVoter). New
+//     members beyond the room left wait, lowest ID first, until pending
+//     ones become ready or are removed. Each new non-voter costs the leader
+//     a snapshot and log replication; without the cap twelve fake members
+//     holding only the gossip key were all added at once. Members asking to
+//     stay non-voters are not counted and not held back: they are read
+//     replicas an operator configured, and the cap is about joins on the
+//     way to becoming voters. (The cap limits what fake members cost; it
+//     does not keep them out. Only RequireVerified does.)
 //
 // Why not hashicorp/raft-autopilot (v0.3.0, compatible with raft v1.7.3)? Its
 // decisions are interleaved with raft calls and goroutines, its stable

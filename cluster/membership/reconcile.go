@@ -87,7 +87,8 @@ type ServerProgress struct {
 type Policy struct {
 	// FailedGracePeriod is how long a failed server (memberlist says dead,
 	// or it has no memberlist entry at all) may stay in the configuration
-	// before it is removed.
+	// before it is removed, whether or not another member claims its raft
+	// address.
 	FailedGracePeriod time.Duration
 	// MinQuorum is the number of voters Reconcile never takes the
 	// configuration below by removing or demoting (if it is already below,
@@ -105,17 +106,47 @@ type Policy struct {
 	// MaxLastContact is the oldest leader contact a ready server may have;
 	// zero disables the check.
 	MaxLastContact time.Duration
+	// MaxPendingNonVoters caps the pending non-voters: servers in the
+	// configuration as non-voters that are not ready (healthy, caught up
+	// and in recent contact) and whose member does not ask to stay a
+	// non-voter (Meta.NonVoter). A round adds new members (AddNonvoter)
+	// only while there is room under the cap, counting each such add as
+	// pending, lowest member ID first; the others wait for a later round,
+	// when pending servers have become ready or been removed. Members that
+	// ask to stay non-voters are added regardless and never count. It
+	// bounds the replication work (snapshots, log catch-up) new members
+	// put on the leader; it does not keep fake members out
+	// (Input.RequireVerified does). Zero means DefaultMaxPendingNonVoters;
+	// negative means no cap.
+	MaxPendingNonVoters int
 }
+
+// DefaultMaxPendingNonVoters is the cap on pending non-voters when
+// Policy.MaxPendingNonVoters is zero.
+const DefaultMaxPendingNonVoters = 3
 
 // DefaultPolicy returns the policy a node uses unless configured otherwise.
 func DefaultPolicy() Policy {
 	return Policy{
-		FailedGracePeriod: time.Minute,
-		MinQuorum:         3,
-		CatchUpThreshold:  1024,
-		StabilizationTime: 10 * time.Second,
-		MaxVoters:         5,
-		MaxLastContact:    5 * time.Second,
+		FailedGracePeriod:   time.Minute,
+		MinQuorum:           3,
+		CatchUpThreshold:    1024,
+		StabilizationTime:   10 * time.Second,
+		MaxVoters:           5,
+		MaxLastContact:      5 * time.Second,
+		MaxPendingNonVoters: DefaultMaxPendingNonVoters,
+	}
+}
+
+// maxPending is the effective cap on pending non-voters, or -1 for no cap.
+func (p Policy) maxPending() int {
+	switch {
+	case p.MaxPendingNonVoters == 0:
+		return DefaultMaxPendingNonVoters
+	case p.MaxPendingNonVoters < 0:
+		return -1
+	default:
+		return p.MaxPendingNonVoters
 	}
 }
 
@@ -178,7 +209,29 @@ type Input struct {
 	// while its member's Incarnation is at most that: a leader whose
 	// gossip has not yet heard of the leave still sees the old run alive.
 	Departed map[raft.ServerID]uint64
+	// RequireVerified makes gossip alone insufficient to join: with it set,
+	// an alive member that Verified does not list is never added, never
+	// given an UpdateAddress, never promoted if it is somehow configured as
+	// a non-voter, and does not count as claiming its raft address (so it
+	// cannot make another server taken over, or keep a verified member
+	// from claiming that address). Gossip membership needs only the gossip
+	// encryption key; this needs proof that the member is a peer. Servers
+	// configured as voters are never demoted or removed for not being
+	// verified. With RequireVerified unset, Verified is ignored.
+	RequireVerified bool
+	// Verified holds the members the caller (package cluster, verify.go)
+	// has verified as peers: over a connection it opened itself to the
+	// member's advertised gRPC address, the member presented a TLS
+	// certificate naming its ID, or proved it holds the peer token. An ID
+	// absent or false is not verified.
+	Verified map[raft.ServerID]bool
 	Policy   Policy
+}
+
+// verified reports whether the member id may join, claim an address or be
+// promoted: always when RequireVerified is unset, else if Verified lists it.
+func (in *Input) verified(id raft.ServerID) bool {
+	return !in.RequireVerified || in.Verified[id]
 }
 
 // heldBack reports whether m is a run of a server that departed (Input.Departed)
@@ -195,11 +248,11 @@ type serverView struct {
 	member    Member
 	hasMember bool
 	progress  ServerProgress
-	// gone: the server will not serve again (left, failed past the grace
-	// period, or its address was taken over) and is to be removed.
+	// gone: the server will not serve again (left, or failed past the
+	// grace period) and is to be removed.
 	gone bool
-	// goneRank orders removals when not all are allowed: left before taken
-	// over before failed.
+	// goneRank orders removals when not all are allowed: left (0) before
+	// taken over (1, failed and its address claimed) before failed (2).
 	goneRank int
 	since    time.Time // for failed servers: start of the failure
 	why      string
@@ -234,26 +287,36 @@ func (s *serverView) aliveMember() bool {
 //     gracefully; or if it failed (memberlist says dead since
 //     StateChangedAt, or it has no member since MissingSince) at least
 //     FailedGracePeriod ago and raft does not still reach it (Progress
-//     Healthy with a fresh LastContact); or if an alive member not yet
-//     using that address has taken over its raft address and it is neither
-//     alive in gossip nor reachable by raft.
+//     Healthy with a fresh LastContact). Nothing else makes a server gone:
+//     an alive member claiming its raft address does not, however long the
+//     server has failed (a claim is gossip, and anyone holding the gossip
+//     key can make one).
 //  2. Gone non-voters are removed. Gone voters are removed (left first, then
-//     taken over, then longest failed, then by ID) while the voter count
-//     stays at or above MinQuorum, and at most (V-1)/2 of the V voters per
-//     round: a leader that can commit has lost no more than that.
-//  3. An alive member that is not leaving, not Self, and whose raft address
-//     is free (or freed in this round) is added as a non-voter if not
-//     configured, or gets an UpdateAddress if configured elsewhere; but a
+//     taken over, i.e. failed and their raft address claimed under rule 3,
+//     then longest failed, then by ID) while the voter count stays at or
+//     above MinQuorum, and at most (V-1)/2 of the V voters per round: a
+//     leader that can commit has lost no more than that.
+//  3. An alive member that is not leaving, not Self, verified (if
+//     RequireVerified) and whose raft address is free, or held by a gone
+//     server removed in this round, is added as a non-voter if not
+//     configured, or gets an UpdateAddress if configured elsewhere; of
+//     several such members claiming one address, the first by ID has it. A
 //     member not configured that departed (Departed) is added only once
-//     gossip shows a newer Incarnation (it rejoined). Removals for a
-//     graceful leave carry the member's Incarnation (Action.Left).
+//     gossip shows a newer Incarnation (it rejoined). Adds of members that
+//     do not ask to stay non-voters (Meta.NonVoter) are emitted, lowest ID
+//     first, only while the pending non-voters stay within
+//     MaxPendingNonVoters: configured non-voters that are not ready, not
+//     NonVoter and not removed in this round, plus this round's adds; the
+//     others wait. Removals for a graceful leave carry the member's
+//     Incarnation (Action.Left).
 //  4. Voters whose member asks to be a non-voter (Meta.NonVoter) are demoted,
 //     floor permitting. A round that demotes does not promote.
-//  5. Otherwise non-voters whose member is alive, not leaving and not
-//     NonVoter, and that have been ready for StabilizationTime, are
-//     promoted, most caught up first, as many as keep the count of voters
-//     that are not gone at or under the (odd) voter cap and odd: if that
-//     count is odd and one non-voter is ready it waits for a second.
+//  5. Otherwise non-voters whose member is alive, not leaving, not NonVoter
+//     and verified (if RequireVerified), and that have been ready for
+//     StabilizationTime, are promoted, most caught up first, as many as
+//     keep the count of voters that are not gone at or under the (odd)
+//     voter cap and odd: if that count is odd and one non-voter is ready it
+//     waits for a second.
 //  6. If nothing else happens in a round and every voter is alive, not
 //     leaving and (save Self) not failed, voters beyond the cap, or one voter
 //     when the count is even and at least 4, are demoted (floor permitting;
@@ -306,9 +369,9 @@ func Reconcile(in Input) []Action {
 	// Decide in ID order from here on, whatever the configuration's order.
 	slices.SortFunc(servers, func(a, b *serverView) int { return strings.Compare(string(a.ID), string(b.ID)) })
 
-	// Alive members that need a configuration entry or a new address. An
-	// address held by another server blocks them unless that server is gone
-	// or can be declared taken over.
+	// Alive (and, if required, verified) members that need a configuration
+	// entry or a new address. An address held by another server blocks them
+	// unless that server is gone; a failed one is then taken over.
 	type want struct {
 		kind    ActionKind
 		m       Member
@@ -319,7 +382,7 @@ func Reconcile(in Input) []Action {
 	claimed := make(map[raft.ServerAddress]bool)
 	for _, m := range sortedMembers(members) {
 		id, addr := raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr)
-		if id == in.Self || m.State != StateAlive || m.Leaving || addr == "" {
+		if id == in.Self || m.State != StateAlive || m.Leaving || addr == "" || !in.verified(id) {
 			continue
 		}
 		w := want{kind: AddNonvoter, m: m}
@@ -335,18 +398,12 @@ func Reconcile(in Input) []Action {
 			continue // another alive member claims it too; the first by ID wins
 		}
 		if owner := byAddr[addr]; owner != nil {
-			if owner.ID == in.Self {
-				continue
-			}
 			if !owner.gone {
-				if owner.hasMember && (owner.member.State == StateAlive || owner.member.State == StateSuspect) {
-					continue
-				}
-				if p.reachable(in.Now, owner.progress) {
-					continue
-				}
-				owner.gone, owner.goneRank = true, 1
-				owner.why = fmt.Sprintf("raft address %s taken over by %s", addr, id)
+				continue // Self, or a server that may still serve (rule 1)
+			}
+			if owner.goneRank == 2 {
+				owner.goneRank = 1
+				owner.why = fmt.Sprintf("%s, raft address %s taken over by %s", owner.why, addr, id)
 			}
 			w.blocker = owner
 		}
@@ -388,13 +445,26 @@ func Reconcile(in Input) []Action {
 	}
 	removals := len(actions)
 
-	// Adds and address updates whose address is free.
+	// Adds and address updates whose address is free; adds only within the
+	// cap on pending non-voters.
+	maxPending, pending := p.maxPending(), 0
+	for _, s := range servers {
+		if !s.voter() && !s.removed && !(s.hasMember && s.member.NonVoter) && !p.ready(in.Now, s.progress, in.LeaderLastIndex) {
+			pending++
+		}
+	}
 	for _, w := range wants {
 		if w.blocker != nil && !w.blocker.removed {
 			continue
 		}
 		a := Action{Kind: w.kind, ID: raft.ServerID(w.m.ID), Addr: raft.ServerAddress(w.m.RaftAddr)}
 		if w.kind == AddNonvoter {
+			if maxPending >= 0 && !w.m.NonVoter {
+				if pending >= maxPending {
+					continue // waits for a pending non-voter to become ready or go
+				}
+				pending++
+			}
 			a.Reason = "alive member not in the configuration"
 		} else {
 			a.Reason = fmt.Sprintf("raft address changed from %s", w.from)
@@ -434,7 +504,7 @@ func Reconcile(in Input) []Action {
 			}
 			continue
 		}
-		if s.removed || s.gone || s.touched || !s.aliveMember() || s.member.NonVoter {
+		if s.removed || s.gone || s.touched || !s.aliveMember() || s.member.NonVoter || !in.verified(s.ID) {
 			continue
 		}
 		if !p.ready(in.Now, s.progress, in.LeaderLastIndex) || s.progress.StableSince.IsZero() ||

@@ -3,6 +3,7 @@ package membership
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -83,10 +84,11 @@ func formatConfig(cfg raft.Configuration) string {
 // parseReconcileInput builds an Input from a case. Command arguments set the
 // policy:
 //
-//	grace=30s min-quorum=3 catch-up=100 stabilization=10s max-voters=5 max-contact=10s
+//	grace=30s min-quorum=3 catch-up=100 stabilization=10s max-voters=5 max-contact=10s max-pending=0
 //
-// (those are the defaults). Input lines (times are offsets from t0; raft
-// addresses default to "<id>:7000"):
+// (those are the defaults; max-pending=0 means DefaultMaxPendingNonVoters),
+// and require-verified sets Input.RequireVerified. Input lines (times are
+// offsets from t0; raft addresses default to "<id>:7000"):
 //
 //	now 100s
 //	self n1                          (default n1)
@@ -96,6 +98,7 @@ func formatConfig(cfg raft.Configuration) string {
 //	progress <id> last=<index> contact=<time> [healthy] [stable=<time>]
 //	missing <id> <since>
 //	departed <id> <incarnation>      (removed for leaving, Input.Departed)
+//	verified <id> ...                (Input.Verified)
 func parseReconcileInput(c *ddCase) (Input, error) {
 	in := Input{
 		Self: "n1",
@@ -125,6 +128,13 @@ func parseReconcileInput(c *ddCase) (Input, error) {
 			in.Policy.MaxVoters, err = strconv.Atoi(v)
 		case "max-contact":
 			in.Policy.MaxLastContact, err = time.ParseDuration(v)
+		case "max-pending":
+			in.Policy.MaxPendingNonVoters, err = strconv.Atoi(v)
+		case "require-verified":
+			if v != "" {
+				err = fmt.Errorf("takes no value")
+			}
+			in.RequireVerified = true
 		default:
 			err = fmt.Errorf("unknown argument")
 		}
@@ -245,6 +255,15 @@ func parseReconcileInput(c *ddCase) (Input, error) {
 				}
 				in.Departed[raft.ServerID(f[1])], err = strconv.ParseUint(f[2], 10, 64)
 			}
+		case "verified":
+			if err = need(2); err == nil {
+				if in.Verified == nil {
+					in.Verified = map[raft.ServerID]bool{}
+				}
+				for _, id := range f[1:] {
+					in.Verified[raft.ServerID(id)] = true
+				}
+			}
 		case "missing":
 			if err = need(3); err == nil {
 				var since time.Time
@@ -328,7 +347,8 @@ func countVoters(cfg raft.Configuration) int {
 // randomInput generates a plausible, sometimes odd, reconcile input around
 // a leader "s0" (a voter, itself in any gossip state): servers in every
 // state, members not in the configuration, address takeovers, progress of
-// every quality.
+// every quality, verified and unverified members, and sometimes a crowd of
+// new members (impostors, say) claiming fresh or configured addresses.
 func randomInput(rng *rand.Rand) Input {
 	now := t0.Add(time.Hour)
 	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
@@ -345,7 +365,11 @@ func randomInput(rng *rand.Rand) Input {
 			StabilizationTime: sec(rng.IntN(30)),
 			MaxVoters:         rng.IntN(8),
 			MaxLastContact:    sec(rng.IntN(20)),
+			// -1 (no cap) to 4; 0 is the default, 3.
+			MaxPendingNonVoters: rng.IntN(6) - 1,
 		},
+		RequireVerified: rng.IntN(2) == 0,
+		Verified:        map[raft.ServerID]bool{},
 	}
 	n := 1 + rng.IntN(9)
 	addr := func(i int) string { return fmt.Sprintf("10.0.0.%d:7000", i) }
@@ -393,8 +417,65 @@ func randomInput(rng *rand.Rand) Input {
 			m.RaftAddr = addr(20 + i) // moved
 		}
 		in.Members = append(in.Members, m)
+		in.Verified[id] = rng.IntN(4) != 0
+	}
+	if rng.IntN(4) == 0 {
+		for j := range rng.IntN(13) {
+			id := raft.ServerID(fmt.Sprintf("f%02d", j))
+			m := Member{
+				Meta:           Meta{ID: string(id), RaftAddr: addr(40 + j), NonVoter: rng.IntN(6) == 0},
+				State:          states[rng.IntN(len(states))],
+				StateChangedAt: now.Add(-sec(rng.IntN(120))),
+			}
+			if rng.IntN(3) == 0 {
+				m.RaftAddr = addr(rng.IntN(n)) // claims a configured address
+			}
+			in.Members = append(in.Members, m)
+			if rng.IntN(5) == 0 {
+				in.Verified[id] = true
+			}
+		}
 	}
 	return in
+}
+
+// pendingNonVoters counts the configured non-voters of cfg that are not
+// ready and whose member does not ask to stay a non-voter (Policy
+// .MaxPendingNonVoters).
+func pendingNonVoters(in Input, cfg raft.Configuration) int {
+	members := indexMembers(in.Members)
+	n := 0
+	for _, s := range cfg.Servers {
+		if s.Suffrage != raft.Voter && !members[s.ID].NonVoter && !in.Policy.ready(in.Now, in.Progress[s.ID], in.LeaderLastIndex) {
+			n++
+		}
+	}
+	return n
+}
+
+// withoutUnverified returns in without what RequireVerified makes Reconcile
+// ignore: unverified members that are not configured are dropped, and those
+// that are configured keep their configured raft address (they claim no
+// other). Reconcile must answer the same to both.
+func withoutUnverified(in Input) Input {
+	addrs := map[raft.ServerID]raft.ServerAddress{}
+	for _, s := range in.Config.Servers {
+		addrs[s.ID] = s.Address
+	}
+	out := in
+	out.Members = nil
+	for _, m := range in.Members {
+		id := raft.ServerID(m.ID)
+		if !in.Verified[id] {
+			addr, ok := addrs[id]
+			if !ok {
+				continue
+			}
+			m.RaftAddr = string(addr)
+		}
+		out.Members = append(out.Members, m)
+	}
+	return out
 }
 
 // checkActions checks the invariants every output of Reconcile must hold.
@@ -415,6 +496,11 @@ func checkActions(in Input, actions []Action) error {
 		kinds[a.Kind]++
 		if a.ID == in.Self {
 			return fmt.Errorf("action on self: %v", a)
+		}
+		if a.Kind == AddNonvoter || a.Kind == UpdateAddress || a.Kind == PromoteVoter {
+			if in.RequireVerified && !in.Verified[a.ID] {
+				return fmt.Errorf("%v of an unverified member", a)
+			}
 		}
 	}
 	if kinds[PromoteVoter] > 0 && kinds[DemoteVoter] > 0 {
@@ -447,9 +533,11 @@ func checkActions(in Input, actions []Action) error {
 			if wasVoter {
 				removedVoters++
 			}
-			takenOver := slices.ContainsFunc(actions, func(b Action) bool {
-				return (b.Kind == AddNonvoter || b.Kind == UpdateAddress) && b.Addr == a.Addr
-			})
+			// An address claim is never a reason on its own; when the
+			// reason names a claimant, it must be one that may claim.
+			if _, by, ok := strings.Cut(a.Reason, "taken over by "); ok && in.RequireVerified && !in.Verified[raft.ServerID(by)] {
+				return fmt.Errorf("removal for an unverified claimant: %v", a)
+			}
 			since, failed := time.Time{}, false
 			switch {
 			case hasMember && m.State == StateDead:
@@ -464,7 +552,6 @@ func checkActions(in Input, actions []Action) error {
 			switch {
 			case hasMember && m.State == StateLeft:
 			case failed && !reachable && in.Now.Sub(since) >= in.Policy.FailedGracePeriod:
-			case takenOver && !reachable && !(hasMember && (m.State == StateAlive || m.State == StateSuspect)):
 			default:
 				return fmt.Errorf("unjustified removal %v (member %v %+v, progress %+v)", a, hasMember, m, pr)
 			}
@@ -480,6 +567,24 @@ func checkActions(in Input, actions []Action) error {
 			if !hasMember || m.State != StateAlive || m.Leaving || raft.ServerAddress(m.RaftAddr) != a.Addr {
 				return fmt.Errorf("add/update not matching an alive member: %v %+v", a, m)
 			}
+		}
+	}
+	// Adds of members that do not ask to stay non-voters fit under the cap
+	// on pending non-voters, counted on the configuration after the round's
+	// removals (none of the round's adds is ready yet).
+	if limit := in.Policy.maxPending(); limit >= 0 {
+		adds := 0
+		for _, a := range actions {
+			if a.Kind == AddNonvoter && !members[a.ID].NonVoter {
+				adds++
+			}
+		}
+		afterRemovals := in.Config.Clone()
+		afterRemovals.Servers = slices.DeleteFunc(afterRemovals.Servers, func(s raft.Server) bool {
+			return slices.ContainsFunc(actions, func(a Action) bool { return a.Kind == RemoveServer && a.ID == s.ID })
+		})
+		if pending := pendingNonVoters(in, afterRemovals); adds > 0 && pending+adds > limit {
+			return fmt.Errorf("%d adds onto %d pending non-voters exceed the cap of %d", adds, pending, limit)
 		}
 	}
 	if maxRemovals := max(0, (v0-1)/2); removedVoters > maxRemovals {
@@ -513,7 +618,13 @@ func testSeed(t *testing.T) uint64 {
 // TestReconcileProperties checks Reconcile's invariants on random inputs:
 // sorted, at most one action per server, never on Self, every action valid
 // where applied, voters never below min(MinQuorum, current), removals and
-// promotions justified, and the output independent of input order.
+// promotions justified (an address claim never justifies a removal), adds,
+// address updates and promotions only of verified members when
+// RequireVerified, adds within the cap on pending non-voters, and the
+// output independent of input order. With RequireVerified, the output must
+// not change when the unverified members' claims are taken away (so none of
+// them can cause any action, a voter's removal least of all); without it,
+// Verified must not matter.
 func TestReconcileProperties(t *testing.T) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
@@ -535,6 +646,16 @@ func TestReconcileProperties(t *testing.T) {
 		if again := Reconcile(shuffled); !slices.Equal(actions, again) {
 			t.Fatalf("iteration %d (seed %d): output depends on input order:\n%s\nvs\n%s", iter, seed,
 				formatActions(actions, "  "), formatActions(again, "  "))
+		}
+		other := in
+		if in.RequireVerified {
+			other = withoutUnverified(in)
+		} else {
+			other.Verified = nil
+		}
+		if again := Reconcile(other); !slices.Equal(actions, again) {
+			t.Fatalf("iteration %d (seed %d): unverified members (RequireVerified %v) change the output:\n%s\nvs, without them:\n%s\ninput: %+v",
+				iter, seed, in.RequireVerified, formatActions(actions, "  "), formatActions(again, "  "), in)
 		}
 	}
 }
@@ -565,5 +686,187 @@ func TestReconcileConverges(t *testing.T) {
 				t.Fatalf("iteration %d (seed %d) round %d: %v", iter, seed, round, err)
 			}
 		}
+	}
+}
+
+// scenario drives Reconcile as the leader's loop does, round by round:
+// Tracker.Prepare, Reconcile, then the actions applied to the
+// configuration, which carries over. Between rounds a test edits members
+// (the gossip view) and reachable (the servers raft reaches, healthy and
+// caught up, at each round's time).
+type scenario struct {
+	t         *testing.T
+	in        Input
+	tracker   *Tracker
+	members   map[string]Member
+	reachable map[raft.ServerID]bool
+	last      Input // the last round's input, prepared
+}
+
+func newScenario(t *testing.T, pol Policy, voterIDs ...string) *scenario {
+	sc := &scenario{t: t, tracker: NewTracker(), members: map[string]Member{}, reachable: map[raft.ServerID]bool{}}
+	sc.in = Input{Self: raft.ServerID(voterIDs[0]), Config: voters(voterIDs...), LeaderLastIndex: 1000, Policy: pol}
+	for _, id := range voterIDs {
+		sc.member(id, StateAlive, 0, "")
+		sc.reachable[raft.ServerID(id)] = true
+	}
+	return sc
+}
+
+// member sets a member of the gossip view: state since at, claiming raft
+// address addr ("" for <id>:7000).
+func (sc *scenario) member(id string, state State, at time.Duration, addr string) {
+	if addr == "" {
+		addr = id + ":7000"
+	}
+	sc.members[id] = Member{Meta: Meta{ID: id, RaftAddr: addr}, State: state, StateChangedAt: t0.Add(at)}
+}
+
+// round runs one round at t0+now and returns its actions, formatted.
+func (sc *scenario) round(now time.Duration) []string {
+	sc.t.Helper()
+	in := sc.in
+	in.Now = t0.Add(now)
+	in.Members = nil
+	for _, m := range sc.members {
+		in.Members = append(in.Members, m)
+	}
+	in.Progress = map[raft.ServerID]ServerProgress{}
+	for id, ok := range sc.reachable {
+		if ok {
+			in.Progress[id] = ServerProgress{LastIndex: in.LeaderLastIndex, LastContact: in.Now, Healthy: true}
+		}
+	}
+	sc.tracker.Prepare(&in)
+	sc.last = in
+	actions := Reconcile(in)
+	if err := checkActions(in, actions); err != nil {
+		sc.t.Fatalf("at %v: %v\n%s", now, err, formatActions(actions, "  "))
+	}
+	var err error
+	if sc.in.Config, err = applyToConfig(in.Config, actions); err != nil {
+		sc.t.Fatalf("at %v: %v", now, err)
+	}
+	out := make([]string, len(actions))
+	for i, a := range actions {
+		out[i] = fmt.Sprintf("%s %s", a.Kind, a.ID)
+	}
+	return out
+}
+
+// quiet runs a round every second in [from, to) and fails on any action.
+func (sc *scenario) quiet(from, to time.Duration) {
+	sc.t.Helper()
+	for now := from; now < to; now += time.Second {
+		if got := sc.round(now); len(got) > 0 {
+			sc.t.Fatalf("at %v: %v, want no actions", now, got)
+		}
+	}
+}
+
+func (sc *scenario) expect(now time.Duration, want ...string) {
+	sc.t.Helper()
+	if got := sc.round(now); !slices.Equal(got, want) {
+		sc.t.Fatalf("at %v: %q, want %q", now, got, want)
+	}
+}
+
+// TestReconcileImpostor replays the security review's attack on a
+// five-voter cluster by someone holding only the gossip key: twelve fake
+// members, then one claiming the raft address of n3 two seconds after n3
+// went dead in gossip (a restart). That used to add the fakes as
+// non-voters, remove n3 as taken over, and leave it out when it came back.
+func TestReconcileImpostor(t *testing.T) {
+	pol := DefaultPolicy() // a one-minute grace period
+	pol.MinQuorum = 1
+	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
+	fakes := func(sc *scenario) {
+		for i := 1; i <= 12; i++ {
+			sc.member(fmt.Sprintf("f%02d", i), StateAlive, sec(1), "")
+		}
+	}
+	verified := map[raft.ServerID]bool{"n1": true, "n2": true, "n3": true, "n4": true, "n5": true}
+
+	t.Run("unverified", func(t *testing.T) {
+		sc := newScenario(t, pol, "n1", "n2", "n3", "n4", "n5")
+		sc.in.RequireVerified, sc.in.Verified = true, verified
+		fakes(sc)
+		sc.quiet(sec(1), sec(10))
+		sc.member("n3", StateDead, sec(10), "")
+		sc.reachable["n3"] = false
+		sc.member("evil", StateAlive, sec(12), "n3:7000")
+		sc.quiet(sec(10), sec(40))
+		sc.member("n3", StateAlive, sec(40), "") // back from its restart
+		sc.reachable["n3"] = true
+		sc.quiet(sec(40), sec(300))
+		if got := formatConfig(sc.in.Config); got != formatConfig(voters("n1", "n2", "n3", "n4", "n5")) {
+			t.Fatalf("configuration changed:\n%s", got)
+		}
+		// Past the grace period, n3 goes as failed; the claim has no part.
+		sc.member("n3", StateDead, sec(300), "")
+		sc.reachable["n3"] = false
+		sc.quiet(sec(300), sec(360))
+		sc.expect(sec(360), "remove-server n3")
+	})
+
+	t.Run("verified claimant waits for the grace period", func(t *testing.T) {
+		sc := newScenario(t, pol, "n1", "n2", "n3", "n4", "n5")
+		sc.in.RequireVerified, sc.in.Verified = true, maps.Clone(verified)
+		sc.in.Verified["n6"] = true
+		sc.member("n3", StateDead, sec(10), "")
+		sc.reachable["n3"] = false
+		sc.member("n6", StateAlive, sec(12), "n3:7000")
+		sc.quiet(sec(12), sec(70))
+		sc.expect(sec(70), "remove-server n3", "add-nonvoter n6")
+	})
+
+	t.Run("without verification", func(t *testing.T) {
+		// A caller that does not require verification still gets the grace
+		// period and the cap: three fakes join, n3 stays through its restart.
+		sc := newScenario(t, pol, "n1", "n2", "n3", "n4", "n5")
+		fakes(sc)
+		sc.expect(sec(1), "add-nonvoter f01", "add-nonvoter f02", "add-nonvoter f03")
+		sc.quiet(sec(2), sec(10))
+		sc.member("n3", StateDead, sec(10), "")
+		sc.reachable["n3"] = false
+		sc.member("evil", StateAlive, sec(12), "n3:7000")
+		sc.quiet(sec(10), sec(40))
+		sc.member("n3", StateAlive, sec(40), "")
+		sc.reachable["n3"] = true
+		sc.quiet(sec(40), sec(300))
+	})
+}
+
+// TestReconcilePendingCap follows twelve new members through the cap on
+// pending non-voters: three join, and another only as one of those becomes
+// ready or is removed; a member asking to stay a non-voter is not held up.
+func TestReconcilePendingCap(t *testing.T) {
+	pol := DefaultPolicy()
+	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
+	sc := newScenario(t, pol, "n1")
+	for i := 1; i <= 12; i++ {
+		sc.member(fmt.Sprintf("m%02d", i), StateAlive, sec(1), "")
+	}
+	sc.member("x1", StateAlive, sec(1), "")
+	m := sc.members["x1"]
+	m.NonVoter = true
+	sc.members["x1"] = m
+
+	sc.expect(sec(1), "add-nonvoter m01", "add-nonvoter m02", "add-nonvoter m03", "add-nonvoter x1")
+	sc.quiet(sec(2), sec(10))
+	sc.reachable["m01"] = true // caught up: no longer pending
+	sc.expect(sec(10), "add-nonvoter m04")
+	sc.quiet(sec(11), sec(20))
+	sc.reachable["m02"] = true // with m01, a pair to promote onto one voter
+	sc.expect(sec(20), "add-nonvoter m05")
+	sc.quiet(sec(21), sec(30))
+	sc.expect(sec(30), "promote-voter m01", "promote-voter m02") // ready for 10s
+	sc.quiet(sec(31), sec(40))
+	sc.member("m03", StateDead, sec(40), "") // a pending one fails
+	sc.quiet(sec(40), sec(100))
+	sc.expect(sec(100), "remove-server m03", "add-nonvoter m06") // its grace period is over
+	sc.quiet(sec(101), sec(200))
+	if n := pendingNonVoters(sc.last, sc.in.Config); n != 3 {
+		t.Fatalf("%d pending non-voters, want 3:\n%s", n, formatConfig(sc.in.Config))
 	}
 }
