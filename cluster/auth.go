@@ -55,6 +55,9 @@ func (n *Node) authOptions() []grpc.ServerOption {
 	if n.auth == nil {
 		return nil
 	}
+	// A node certificate is a peer only while its node is in the
+	// configuration (verify.go).
+	n.auth.SetPeerAllowed(n.peerIDAllowed)
 	if t := n.cfg.AuthPeerToken; t != "" {
 		n.fwd.setTokenFunc(func(addr string) grpc.DialOption {
 			return grpc.WithPerRPCCredentials(gatedToken{token: t, addr: addr, v: n.verifier})

@@ -126,6 +126,11 @@ type Node struct {
 	auth *auth.Authorizer
 	// verifier keeps the members verified as peers (verify.go).
 	verifier *peerVerifier
+	// raftStarted is n.raft once NewRaft returned, for the goroutines that
+	// may run before (the raft transport's handshakes).
+	raftStarted atomic.Pointer[raft.Raft]
+	// peerIDs caches the configuration's server IDs for peerIDAllowed.
+	peerIDs atomic.Pointer[peerIDs]
 	// repl is the leader's view of its followers' replication
 	// (replprogress.go).
 	repl *replTracker
@@ -170,6 +175,9 @@ func New(cfg Config, deps *Deps) (*Node, error) {
 		mode = verifyToken
 	}
 	n.verifier = newPeerVerifier(mode, c.AuthPeerToken)
+	if n.tls != nil {
+		n.tls.raftPeerAllowed = n.peerIDAllowed
+	}
 	n.leaderChange.init()
 	n.reconcilePoke = make(chan struct{}, 1)
 	n.bootstrapPoke = make(chan struct{}, 1)
@@ -225,6 +233,9 @@ func (n *Node) Start() (err error) {
 	if err != nil {
 		return fmt.Errorf("cluster: gRPC address %s: %w", c.GRPCAddr, err)
 	}
+	n.lis = limitListener(n.lis, c.MaxConnsPerIP, func(ip string) {
+		n.log.Debug("cluster: refused a gRPC connection: too many from its address", "ip", ip, "cap", c.MaxConnsPerIP)
+	})
 	if n.grpcAddr, err = advertiseAddr(c.AdvertiseGRPCAddr, n.lis.Addr()); err != nil {
 		return fmt.Errorf("cluster: gRPC address %s: %w", c.GRPCAddr, err)
 	}
@@ -331,6 +342,7 @@ func (n *Node) Start() (err error) {
 	if n.raft, err = raft.NewRaft(rc, n.fsm, n.logs, stable, snaps, trans); err != nil {
 		return fmt.Errorf("cluster: starting raft: %w", err)
 	}
+	n.raftStarted.Store(n.raft)
 	n.applier = &membership.Applier{Raft: n.raft, Timeout: c.ApplyTimeout}
 
 	// gRPC.

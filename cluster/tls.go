@@ -10,10 +10,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/cairnkv/cairn/cluster/auth"
 	"github.com/hashicorp/raft"
 )
 
@@ -89,6 +91,11 @@ type tlsState struct {
 	// and dialed) and grpc-out (peer gRPC dialed; the gRPC server's own
 	// verification is gRPC's).
 	refused kindCounter
+	// raftPeerAllowed, if set, must allow one of the names of a raft-in
+	// connection's certificate (auth.NodeNames): the node it names must
+	// be a server of the configuration (Node.peerIDAllowed), so that a
+	// removed node's certificate no longer reaches raft.
+	raftPeerAllowed func(id string) bool
 }
 
 // load reads and checks the files. Its errors name the file and what is
@@ -224,6 +231,15 @@ func (s *tlsState) verifyPeer(kind string) func(tls.ConnectionState) error {
 			s.log.Warn("cluster: refused a peer connection: its certificate is not a node certificate of the cluster CA",
 				"connection", kind, "server_name", cs.ServerName, "subject", subject, "err", err)
 			return fmt.Errorf("cluster: peer certificate refused: %w", err)
+		}
+		if kind == "raft-in" && s.raftPeerAllowed != nil {
+			names := auth.NodeNames(cs.PeerCertificates[0])
+			if !slices.ContainsFunc(names, s.raftPeerAllowed) {
+				s.refused.add(kind)
+				s.log.Warn("cluster: refused a raft connection: its certificate names no server of the configuration",
+					"names", names)
+				return fmt.Errorf("cluster: peer certificate refused: it names no server of the configuration (%q)", names)
+			}
 		}
 		return nil
 	}

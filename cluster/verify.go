@@ -297,3 +297,46 @@ func (gatedToken) RequireTransportSecurity() bool { return false }
 
 // String hides the token.
 func (gatedToken) String() string { return "gatedToken(redacted)" }
+
+// peerIDs is the cached set of server IDs of the raft configuration, by
+// the configuration index it was read at.
+type peerIDs struct {
+	index uint64
+	at    time.Time
+	ids   map[string]bool
+}
+
+// peerIDAllowed reports whether a node certificate naming id may act as a
+// peer here (auth.Authorizer.SetPeerAllowed): id must be a server of the
+// latest raft configuration, so that removing a node from the cluster
+// revokes its certificate's peer role on every node that applies the
+// removal. A node without raft state yet (forming a cluster, or about to
+// be added) allows any node certificate of the cluster CA: the leader
+// that adds it must reach it, and it holds nothing yet.
+func (n *Node) peerIDAllowed(id string) bool {
+	r := n.raftStarted.Load()
+	if r == nil {
+		return false // starting: raft itself is not up to take a call
+	}
+	if r.LastIndex() == 0 && r.CurrentTerm() == 0 {
+		return true
+	}
+	idx := n.fsm.configIndex.Load()
+	c := n.peerIDs.Load()
+	// Re-read on a new configuration, and on a miss at most every
+	// 500ms (a server just added by a configuration not applied here
+	// yet).
+	if c == nil || c.index != idx || (!c.ids[id] && time.Since(c.at) > 500*time.Millisecond) {
+		f := r.GetConfiguration()
+		if f.Error() != nil {
+			return c != nil && c.ids[id]
+		}
+		ids := make(map[string]bool)
+		for _, s := range f.Configuration().Servers {
+			ids[string(s.ID)] = true
+		}
+		c = &peerIDs{index: idx, at: time.Now(), ids: ids}
+		n.peerIDs.Store(c)
+	}
+	return c.ids[id]
+}
