@@ -216,6 +216,7 @@ func TestAuthConfig(t *testing.T) {
 		{"policy and peer token", func(c *Config) { c.AuthFile, c.AuthPeerToken, c.InsecureAuthWithoutTLS = good, peerTok, true }, ""},
 		{"policy without TLS, not said insecure", func(c *Config) { c.AuthFile, c.AuthPeerToken = good, peerTok }, "insecure-auth-without-tls"},
 		{"policy and peer CA", func(c *Config) { c.AuthFile, c.TLS = good, ca.node(t, c.ID) }, ""},
+		{"certificate of another node", func(c *Config) { c.AuthFile, c.TLS = good, ca.node(t, "n7") }, `not this node's ID "n1"`},
 		{"no policy", func(c *Config) {}, ""},
 		{"bad policy", func(c *Config) { c.AuthFile, c.AuthPeerToken = bad, peerTok; c.InsecureAuthWithoutTLS = true }, "never the token itself"},
 		{"missing policy", func(c *Config) {

@@ -163,6 +163,13 @@ func New(cfg Config, deps *Deps) (*Node, error) {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 		}
 		peerCAs = n.tls.peerCAs
+		// Peers verify a node by the ID its certificate names
+		// (verify.go): one that does not name this node's would never be
+		// added to a cluster, so say so now.
+		if leaf := n.tls.cert.Leaf; leaf != nil && !slices.Contains(auth.NodeNames(leaf), c.ID) {
+			return nil, fmt.Errorf("%w: TLS certificate file %s names %q (CN and DNS SANs), not this node's ID %q: "+
+				"peers identify a node by its ID in its certificate", ErrInvalidConfig, c.TLS.CertFile, auth.NodeNames(leaf), c.ID)
+		}
 	}
 	if n.auth, err = newAuthorizer(&n.cfg, peerCAs); err != nil {
 		return nil, err
