@@ -120,7 +120,6 @@ func startImpostor(t *testing.T, id string, key []byte, grpcAddr, raftAddr, join
 	return d
 }
 
-
 // TestTrustGossipKeyAloneWithoutTLS (finding 1): two impostors that have
 // only the gossip key join a cluster that authenticates peers by token,
 // with fake gRPC servers and dead raft addresses. They are never made raft
