@@ -20,9 +20,10 @@ const defaultMetricsAddr = "127.0.0.1:9379"
 
 // metricsServer is the HTTP server of --metrics-addr (package monitor).
 type metricsServer struct {
-	mon *monitor.Monitor
-	lis net.Listener
-	srv *http.Server
+	mon   *monitor.Monitor
+	lis   net.Listener
+	srv   *http.Server
+	pprof bool // --pprof: it serves /debug/pprof/
 }
 
 // listenMetrics prepares the metrics server: it listens on --metrics-addr
@@ -54,7 +55,7 @@ func (o *options) listenMetrics(cfg *cluster.Config) (*metricsServer, error) {
 	}
 	engine.EventListener = mon.EventListener(engine.EventListener)
 	cfg.Engine = &engine
-	return &metricsServer{mon: mon, lis: lis}, nil
+	return &metricsServer{mon: mon, lis: lis, pprof: o.pprof}, nil
 }
 
 // serve serves the node's endpoints until close.
@@ -62,6 +63,10 @@ func (m *metricsServer) serve(n *cluster.Node, log *slog.Logger) error {
 	h, err := m.mon.Handler(n)
 	if err != nil {
 		return err
+	}
+	if m.pprof {
+		// pprof's /debug/pprof/cmdline would show --gossip-key.
+		h = redactDebug(h, false)
 	}
 	m.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {

@@ -12,7 +12,8 @@ import (
 // bench-cluster CLUSTER_ARGS=--profile). Off by default; the mutex and block
 // profiles are sampled only while it is on. Operators use --pprof instead,
 // which serves the same handlers on the metrics address without turning on
-// the mutex and block profiles (they cost every contended lock).
+// the mutex and block profiles (they cost every contended lock). Both
+// show the command line without its secrets (redactDebug).
 func init() {
 	addr := os.Getenv("CAIRN_PPROF_ADDR")
 	if addr == "" {
@@ -20,5 +21,8 @@ func init() {
 	}
 	runtime.SetMutexProfileFraction(100)
 	runtime.SetBlockProfileRate(100_000) // one event per 100µs blocked
-	go func() { _ = http.ListenAndServe(addr, nil) }()
+	// http.DefaultServeMux: net/http/pprof's handlers and expvar's
+	// /debug/vars (linked in by prometheus), whose command lines are
+	// redacted.
+	go func() { _ = http.ListenAndServe(addr, redactDebug(http.DefaultServeMux, true)) }()
 }
