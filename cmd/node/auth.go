@@ -15,6 +15,7 @@ import (
 type authFlags struct {
 	file          string
 	peerTokenFile string
+	insecureNoTLS bool
 }
 
 func (a *authFlags) register(fs *flag.FlagSet) {
@@ -22,12 +23,16 @@ func (a *authFlags) register(fs *flag.FlagSet) {
 		"every call but health checks then needs a client certificate or a bearer token with the method's role. Default: no authorization")
 	fs.StringVar(&a.peerTokenFile, "auth-peer-token-file", "", "file holding the bearer token this node sends on its calls to other nodes, for a cluster without TLS certificates: "+
 		"--auth-file must give its hash the role peer; it should be mode 0600")
+	fs.BoolVar(&a.insecureNoTLS, "insecure-auth-without-tls", false, "INSECURE: allow --auth-file without TLS (--tls-cert). "+
+		"Without TLS the raft port accepts log entries (any write, any membership change) from anyone who can reach it, "+
+		"and bearer tokens travel in plaintext: the tokens protect only the gRPC port. For trusted networks, tests and dev clusters only")
 }
 
 // apply sets c's authorization fields, reading the peer token file (the
 // token is never logged).
 func (a *authFlags) apply(c *cluster.Config, log *slog.Logger) error {
 	c.AuthFile = a.file
+	c.InsecureAuthWithoutTLS = a.insecureNoTLS
 	if a.peerTokenFile == "" {
 		return nil
 	}

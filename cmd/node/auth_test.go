@@ -28,8 +28,13 @@ func TestAuthFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, err := o.clusterConfig(&logs)
-	if err != nil || cfg.AuthFile != policy || cfg.AuthPeerToken != "s3cret-peer" {
-		t.Fatalf("config: file %q token %q, %v", cfg.AuthFile, cfg.AuthPeerToken, err)
+	if err != nil || cfg.AuthFile != policy || cfg.AuthPeerToken != "s3cret-peer" || cfg.InsecureAuthWithoutTLS {
+		t.Fatalf("config: file %q token %q insecure %v, %v", cfg.AuthFile, cfg.AuthPeerToken, cfg.InsecureAuthWithoutTLS, err)
+	}
+	if o, err := parseFlags([]string{"--auth-file", policy, "--insecure-auth-without-tls"}, &logs); err != nil {
+		t.Fatal(err)
+	} else if cfg, err := o.clusterConfig(&logs); err != nil || !cfg.InsecureAuthWithoutTLS {
+		t.Fatalf("--insecure-auth-without-tls: %v, %v", cfg.InsecureAuthWithoutTLS, err)
 	}
 	if strings.Contains(logs.String(), "accessible to other users") {
 		t.Fatalf("warning about a 0600 token file: %s", logs.String())
@@ -40,6 +45,14 @@ func TestAuthFlags(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "s3cret") {
 		t.Fatalf("the token shows in the logs: %s", logs.String())
+	}
+
+	// The help says what --insecure-auth-without-tls gives up.
+	var help bytes.Buffer
+	parseFlags([]string{"-h"}, &help)
+	if h := strings.Join(strings.Fields(help.String()), " "); !strings.Contains(h, "-insecure-auth-without-tls") ||
+		!strings.Contains(h, "the raft port accepts log entries") || !strings.Contains(h, "protect only the gRPC port") {
+		t.Errorf("--help does not explain --insecure-auth-without-tls:\n%s", help.String())
 	}
 
 	os.Chmod(tokFile, 0o600)
@@ -55,8 +68,11 @@ func TestAuthFlags(t *testing.T) {
 		{"token without policy", []string{"--auth-peer-token-file", tokFile}, "--auth-peer-token-file needs --auth-file"},
 		{"empty token", []string{"--auth-file", policy, "--auth-peer-token-file", empty}, "want one token"},
 		{"missing token file", []string{"--auth-file", policy, "--auth-peer-token-file", tokFile + "x"}, "no such file"},
-		{"bad policy", []string{"--metrics-addr", "", "--data-dir", filepath.Join(dir, "d1"), "--auth-file", badPolicy, "--auth-peer-token-file", tokFile}, `unknown role "root"`},
-		{"no way to recognise peers", []string{"--metrics-addr", "", "--data-dir", filepath.Join(dir, "d2"), "--auth-file", policy}, "nodes must recognise each other"},
+		{"bad policy", []string{"--metrics-addr", "", "--data-dir", filepath.Join(dir, "d1"), "--auth-file", badPolicy, "--auth-peer-token-file", tokFile, "--insecure-auth-without-tls"}, `unknown role "root"`},
+		{"no way to recognise peers", []string{"--metrics-addr", "", "--data-dir", filepath.Join(dir, "d2"), "--auth-file", policy, "--insecure-auth-without-tls"}, "nodes must recognise each other"},
+		// Without TLS, the raft port is open to anyone: the operator must
+		// say so.
+		{"auth without TLS", []string{"--metrics-addr", "", "--data-dir", filepath.Join(dir, "d3"), "--auth-file", policy, "--auth-peer-token-file", tokFile}, "--insecure-auth-without-tls"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), c.args, &stdout, &stderr)

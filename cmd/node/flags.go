@@ -306,6 +306,7 @@ type policyFlags struct {
 	minVoters         int
 	maxVoters         int
 	stabilizationTime time.Duration
+	maxPending        int
 	leaveOnStop       bool
 }
 
@@ -319,6 +320,8 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 		"membership: at most this many voters (an even number counts as the odd one below it); other members stay non-voters, read replicas that take over when a voter goes; 0 means no cap")
 	fs.DurationVar(&p.stabilizationTime, "stabilization-time", def.StabilizationTime,
 		"membership: how long a non-voter must have been healthy and caught up before the leader promotes it to voter")
+	fs.IntVar(&p.maxPending, "max-pending-nonvoters", def.MaxPendingNonVoters,
+		"membership: the leader adds new members (as non-voters) only while fewer than this many non-voters are still catching up; the others wait until those are ready, which bounds the snapshot and log traffic joining nodes put on the leader (members started with --non-voter do not count); -1 means no cap")
 	fs.BoolVar(&p.leaveOnStop, "leave-on-stop", true,
 		"membership: a graceful stop (SIGTERM, SIGINT) announces a leave, and the leader removes the node from the configuration at once (floor permitting); with false, a stop looks like a failure: the node stays for --dead-server-grace, as for a restart")
 }
@@ -331,6 +334,7 @@ func (p *policyFlags) policy() membership.Policy {
 	pol.MinQuorum = p.minVoters
 	pol.MaxVoters = p.maxVoters
 	pol.StabilizationTime = p.stabilizationTime
+	pol.MaxPendingNonVoters = p.maxPending
 	return pol
 }
 

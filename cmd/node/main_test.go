@@ -137,6 +137,8 @@ func TestErrorsAreOneLine(t *testing.T) {
 	dir := t.TempDir()
 	badConfig := filepath.Join(dir, "bad.json")
 	os.WriteFile(badConfig, []byte(`{"no-such-flag": 1}`), 0o644)
+	policy := filepath.Join(dir, "auth.json")
+	os.WriteFile(policy, []byte(`{"certs": {"admin": "admin"}}`), 0o644)
 	for _, c := range []struct {
 		name string
 		args []string
@@ -160,6 +162,10 @@ func TestErrorsAreOneLine(t *testing.T) {
 		// A bad configuration is refused before the metrics port is bound.
 		{"bad config, metrics port in use", []string{"--max-voters", "2", "--data-dir", filepath.Join(dir, "d5"), "--metrics-addr", l.Addr().String()}, 2, "maximum voters 2"},
 		{"negative grace", []string{"--dead-server-grace", "-1s", "--data-dir", filepath.Join(dir, "d3")}, 2, "dead-server grace period -1s < 0"},
+		// An authorization file without TLS leaves the raft port open:
+		// refused unless the operator says that they know.
+		{"auth without TLS", []string{"--auth-file", policy, "--data-dir", filepath.Join(dir, "d6")}, 2, "the raft port accepts log entries from anyone who can reach it. Turn TLS on, or say that you know with --insecure-auth-without-tls"},
+		{"bad connection cap", []string{"--max-conns-per-ip", "-2", "--data-dir", filepath.Join(dir, "d7")}, 2, "max connections per IP -2"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), c.args, &stdout, &stderr)
@@ -234,7 +240,7 @@ func TestMembershipPolicyFlags(t *testing.T) {
 	}
 	name := filepath.Join(t.TempDir(), "node.json")
 	os.WriteFile(name, []byte(`{"stabilization-time": "3s", "max-voters": 7, "leave-on-stop": false}`), 0o644)
-	o, err = parseFlags([]string{"--config", name, "--dead-server-grace", "90s", "--min-voters", "2", "--max-voters", "9"}, &stderr)
+	o, err = parseFlags([]string{"--config", name, "--dead-server-grace", "90s", "--min-voters", "2", "--max-voters", "9", "--max-pending-nonvoters", "5"}, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,15 +249,21 @@ func TestMembershipPolicyFlags(t *testing.T) {
 	}
 	want := membership.DefaultPolicy()
 	want.FailedGracePeriod, want.MinQuorum, want.MaxVoters, want.StabilizationTime = 90*time.Second, 2, 9, 3*time.Second
+	want.MaxPendingNonVoters = 5
 	if cfg.Policy != want || !cfg.SkipLeaveOnShutdown {
 		t.Fatalf("policy %+v, skip leave %v; want %+v, true", cfg.Policy, cfg.SkipLeaveOnShutdown, want)
+	}
+	// -1: no cap on pending non-voters.
+	o, _ = parseFlags([]string{"--max-pending-nonvoters", "-1"}, &stderr)
+	if cfg, err = o.clusterConfig(&stderr); err != nil || cfg.Policy.MaxPendingNonVoters != -1 || cfg.Validate() != nil {
+		t.Fatalf("--max-pending-nonvoters -1: %d, %v, %v", cfg.Policy.MaxPendingNonVoters, err, cfg.Validate())
 	}
 	// The help text documents every one of them.
 	var help bytes.Buffer
 	if _, err := parseFlags([]string{"-h"}, &help); err == nil {
 		t.Fatal("-h: no ErrHelp")
 	}
-	for _, f := range []string{"-dead-server-grace", "-min-voters", "-max-voters", "-stabilization-time", "-leave-on-stop"} {
+	for _, f := range []string{"-dead-server-grace", "-min-voters", "-max-voters", "-stabilization-time", "-max-pending-nonvoters", "-leave-on-stop"} {
 		if !strings.Contains(help.String(), f) {
 			t.Errorf("--help lacks %s", f)
 		}

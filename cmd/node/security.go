@@ -19,6 +19,7 @@ type securityFlags struct {
 	requestTimeout       time.Duration
 	maxRequestTimeout    time.Duration
 	maxConcurrentStreams uint
+	maxConnsPerIP        int
 	gossipKeyFile        string
 }
 
@@ -26,6 +27,7 @@ func (s *securityFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.requestTimeout, "request-timeout", 10*time.Second, "deadline of a request that arrives without one")
 	fs.DurationVar(&s.maxRequestTimeout, "max-request-timeout", cluster.DefaultMaxRequestTimeout, "longest deadline a request may have: a later one is cut to this (streams such as backup and trace are not cut)")
 	fs.UintVar(&s.maxConcurrentStreams, "max-concurrent-streams", cluster.DefaultMaxConcurrentStreams, "calls one client connection may have open at once (more wait for a free one)")
+	fs.IntVar(&s.maxConnsPerIP, "max-conns-per-ip", cluster.DefaultMaxConnsPerIP, "gRPC connections one remote IP address may have open at once; further ones are closed as soon as they are accepted (-1: no cap)")
 	fs.StringVar(&s.gossipKeyFile, "gossip-key-file", "", "file holding the base64 gossip key (instead of --gossip-key, which shows in the process list); it should be mode 0600")
 }
 
@@ -43,6 +45,7 @@ func (s *securityFlags) apply(c *cluster.Config, gossipKey, configFile string, l
 	}
 	c.RequestTimeout, c.MaxRequestTimeout = s.requestTimeout, s.maxRequestTimeout
 	c.MaxConcurrentStreams = uint32(s.maxConcurrentStreams)
+	c.MaxConnsPerIP = s.maxConnsPerIP // checked by cluster.Config.Validate
 	if gossipKey != "" && configFile != "" && configHasKey(configFile, "gossip-key") {
 		cluster.WarnIfReadableByOthers(log, configFile, "config (it holds --gossip-key)")
 	}

@@ -25,12 +25,18 @@ func TestSecurityFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.RequestTimeout != 10*time.Second || cfg.MaxRequestTimeout != cluster.DefaultMaxRequestTimeout || cfg.MaxConcurrentStreams != cluster.DefaultMaxConcurrentStreams {
-		t.Fatalf("defaults: request timeout %v, max %v, streams %d", cfg.RequestTimeout, cfg.MaxRequestTimeout, cfg.MaxConcurrentStreams)
+	if cfg.RequestTimeout != 10*time.Second || cfg.MaxRequestTimeout != cluster.DefaultMaxRequestTimeout || cfg.MaxConcurrentStreams != cluster.DefaultMaxConcurrentStreams ||
+		cfg.MaxConnsPerIP != cluster.DefaultMaxConnsPerIP {
+		t.Fatalf("defaults: request timeout %v, max %v, streams %d, conns per IP %d", cfg.RequestTimeout, cfg.MaxRequestTimeout, cfg.MaxConcurrentStreams, cfg.MaxConnsPerIP)
 	}
-	o, _ = parseFlags([]string{"--request-timeout", "2s", "--max-request-timeout", "30s", "--max-concurrent-streams", "64"}, &stderr)
-	if cfg, err = o.clusterConfig(&stderr); err != nil || cfg.RequestTimeout != 2*time.Second || cfg.MaxRequestTimeout != 30*time.Second || cfg.MaxConcurrentStreams != 64 {
+	o, _ = parseFlags([]string{"--request-timeout", "2s", "--max-request-timeout", "30s", "--max-concurrent-streams", "64", "--max-conns-per-ip", "8"}, &stderr)
+	if cfg, err = o.clusterConfig(&stderr); err != nil || cfg.RequestTimeout != 2*time.Second || cfg.MaxRequestTimeout != 30*time.Second || cfg.MaxConcurrentStreams != 64 ||
+		cfg.MaxConnsPerIP != 8 {
 		t.Fatalf("set: %+v, %v", cfg, err)
+	}
+	o, _ = parseFlags([]string{"--max-conns-per-ip", "-1"}, &stderr)
+	if cfg, err = o.clusterConfig(&stderr); err != nil || cfg.MaxConnsPerIP != -1 || cfg.Validate() != nil {
+		t.Fatalf("--max-conns-per-ip -1: %d, %v, %v", cfg.MaxConnsPerIP, err, cfg.Validate())
 	}
 	for _, args := range [][]string{
 		{"--request-timeout", "0s"},
