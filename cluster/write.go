@@ -40,7 +40,10 @@ const maxRoutes = 3
 func write[Resp proto.Message](ctx context.Context, n *Node, req proto.Message,
 	forward func(context.Context, cairnpb.KVClient) (Resp, error)) (Resp, error) {
 	var zero Resp
-	cmd, err := fsm.NewCommand(req)
+	// The FSM's NewCommand stamps a Txn with this node's response bound
+	// (cairnpb.MaxResponseKVBytes of Config.MaxValueSize): every replica
+	// applies the bound the command carries, whatever its own.
+	cmd, err := n.fsm.NewCommand(req)
 	if err == nil {
 		err = n.fsm.Validate(cmd)
 	}

@@ -53,6 +53,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 	a := &f.ap
 	a.begin(f, f.mu.db)
+	defer a.end()
 	st := f.state
 	for i, l := range logs {
 		if l.Index <= st.index {
@@ -118,7 +119,43 @@ type applier struct {
 	overlay overlay
 	keyBuf  []byte
 	recBuf  []byte
+
+	// reads holds the records read from the engine for responses since
+	// the batch began (by user key), so that responses reading the same
+	// key share one copy of its value: a Txn of 128 Gets of one key, or
+	// many such Txns in one raft batch, read and copy its value once. An
+	// entry stays valid as long as the overlay, which decides every key
+	// written since (the engine changes only when the batch is written).
+	reads map[string]record
+	// txnReads are the keys the running Txn added to reads: a refused
+	// Txn's responses are dropped, and so are the values it read.
+	txnReads []string
+
+	// staging is set while a Txn's operations run: their writes go to
+	// txnOverlay and staged instead of overlay and batch, and reach those
+	// (commitStaged) only once every operation has run, so that a Txn
+	// refused midway (its response past its bound) writes nothing.
+	staging    bool
+	txnOverlay overlay
+	staged     []stagedWrite
 }
+
+// stagedWrite is a write of a Txn waiting for the Txn to complete.
+type stagedWrite struct {
+	kind stagedKind
+	// key is the key of a put or delete, the start of a range deletion;
+	// end the range's end (nil: unbounded).
+	key, end []byte
+	rec      record
+}
+
+type stagedKind uint8
+
+const (
+	stagedPut stagedKind = iota
+	stagedDelete
+	stagedDeleteRange
+)
 
 func (a *applier) begin(f *FSM, db *lsm.DB) {
 	a.f, a.db = f, db
@@ -127,6 +164,15 @@ func (a *applier) begin(f *FSM, db *lsm.DB) {
 	}
 	a.batch.Reset()
 	a.overlay.reset()
+	a.end()
+}
+
+// end drops what the applier holds for the batch beyond its buffers: the
+// values read for responses (the responses keep what they need) and a Txn
+// that an engine failure interrupted.
+func (a *applier) end() {
+	clear(a.reads)
+	a.dropStaged()
 }
 
 // command applies one command entry. It returns the entry's result, or an
@@ -159,11 +205,9 @@ func (a *applier) command(l *raft.Log, st *appliedState) (interface{}, error) {
 		return nil, err
 	}
 	if id != "" {
-		var result []byte
-		if b, err := encodeResult(resp, argErr); err != nil {
+		result, err := encodeResult(resp, argErr, f.opts.MaxSessionResultBytes)
+		if err != nil {
 			return nil, err
-		} else if len(b) <= f.opts.MaxSessionResultBytes {
-			result = b
 		}
 		f.sessions.record(a.batch, f.opts.MaxSessions, id, seq, l.Index, st.clock, result)
 	}
@@ -205,7 +249,10 @@ func (a *applier) duplicate(s *session, seq uint64) (interface{}, error) {
 	}
 }
 
-func encodeResult(resp proto.Message, argErr error) ([]byte, error) {
+// encodeResult returns the encoded result a session retains, or nil if it
+// would be larger than maxBytes: its size is computed first, so a large
+// response is never marshalled only to be dropped.
+func encodeResult(resp proto.Message, argErr error, maxBytes int) ([]byte, error) {
 	var r fsmpb.Result
 	switch m := resp.(type) {
 	case *cairnpb.PutResponse:
@@ -225,6 +272,9 @@ func encodeResult(resp proto.Message, argErr error) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("unexpected response %T", resp)
 	}
+	if proto.Size(&r) > maxBytes {
+		return nil, nil
+	}
 	return proto.Marshal(&r)
 }
 
@@ -237,14 +287,14 @@ func (a *applier) execute(cmd *fsmpb.Command, index, term uint64) (resp proto.Me
 	hdr := &cairnpb.ResponseHeader{RaftTerm: term, AppliedIndex: index}
 	switch op := cmd.GetOp().(type) {
 	case *fsmpb.Command_Put:
-		r, err := a.put(op.Put, index)
+		r, err := a.put(op.Put, index, nil)
 		if err != nil {
 			return nil, nil, err
 		}
 		r.Header = hdr
 		return r, nil, nil
 	case *fsmpb.Command_Delete:
-		r, err := a.delete(op.Delete)
+		r, err := a.delete(op.Delete, nil)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -255,9 +305,9 @@ func (a *applier) execute(cmd *fsmpb.Command, index, term uint64) (resp proto.Me
 		r.Header = hdr
 		return r, nil, nil
 	case *fsmpb.Command_Txn:
-		r, err := a.txn(op.Txn, index)
-		if err != nil {
-			return nil, nil, err
+		r, argErr, err := a.txn(op.Txn, index, cmd.GetMaxTxnResponseBytes())
+		if argErr != nil || err != nil {
+			return nil, argErr, err
 		}
 		r.Header = hdr
 		return r, nil, nil
@@ -266,31 +316,96 @@ func (a *applier) execute(cmd *fsmpb.Command, index, term uint64) (resp proto.Me
 	panic(fmt.Sprintf("fsm: unvalidated operation %T", cmd.GetOp()))
 }
 
-// get reads key as the batch built so far leaves it.
-func (a *applier) get(key []byte) (record, bool, error) {
-	if rec, found, decided := a.overlay.lookup(key); decided {
+// lookup returns what the writes made since the batch began say of key
+// (see overlay.lookup): a Txn's own staged writes first, then the batch's.
+func (a *applier) lookup(key []byte) (rec record, found, decided bool) {
+	if a.staging {
+		if rec, found, decided := a.txnOverlay.lookup(key); decided {
+			return rec, found, true
+		}
+	}
+	return a.overlay.lookup(key)
+}
+
+// errResponseBound is read's refusal of a value that would take a Txn's
+// response past its bound.
+var errResponseBound = errors.New("fsm: txn response bound")
+
+// responseBudget counts the keys and values a Txn's response carries
+// against the command's bound (Command.max_txn_response_bytes).
+type responseBudget struct {
+	limit uint64 // 0: unbounded (a command logged before the bound existed)
+	used  uint64
+}
+
+// take counts n more bytes and reports whether the response stays within
+// the bound. A nil budget is unbounded.
+func (b *responseBudget) take(n int) bool {
+	if b == nil || b.limit == 0 {
+		return true
+	}
+	b.used += uint64(n)
+	return b.used <= b.limit
+}
+
+// read returns key's record, its value included, as the batch built so
+// far leaves it, for a response: the key and its value are counted against
+// budget (nil: unbounded) before the value is copied, and a value that
+// would take the response past the bound is not copied at all
+// (errResponseBound). A value read from the engine is read and copied
+// once per batch (a.reads), however many responses carry it; one written
+// in the batch is the request's own.
+func (a *applier) read(key []byte, budget *responseBudget) (record, bool, error) {
+	rec, found, decided := a.lookup(key)
+	if !decided {
+		rec, found = a.reads[string(key)]
+		decided = found
+	}
+	if decided {
+		if found && !budget.take(len(key)+len(rec.value)) {
+			return record{}, false, errResponseBound
+		}
 		return rec, found, nil
 	}
 	a.keyBuf = userKey(a.keyBuf[:0], key)
-	v, err := a.db.Get(a.keyBuf)
-	if errors.Is(err, lsm.ErrNotFound) {
+	err := a.db.GetFunc(a.keyBuf, func(v []byte) error {
+		var err error
+		if rec, err = decodeRecord(v); err != nil {
+			return err
+		}
+		if !budget.take(len(key) + len(rec.value)) {
+			return errResponseBound
+		}
+		rec.value = bytes.Clone(rec.value)
+		if a.reads == nil {
+			a.reads = make(map[string]record)
+		}
+		k := string(key)
+		a.reads[k] = rec
+		if a.staging {
+			a.txnReads = append(a.txnReads, k)
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return rec, true, nil
+	case errors.Is(err, lsm.ErrNotFound):
 		return record{}, false, nil
-	}
-	if err != nil {
-		return record{}, false, fmt.Errorf("reading %q: %w", key, err)
-	}
-	rec, err := decodeRecord(v)
-	if err != nil {
+	case errors.Is(err, errResponseBound):
+		return record{}, false, err
+	case errors.Is(err, errCorruption):
 		return record{}, false, fmt.Errorf("key %q: %w", key, err)
 	}
-	return rec, true, nil
+	return record{}, false, fmt.Errorf("reading %q: %w", key, err)
 }
 
-// meta is get without the value (the record's value is nil): the engine's
-// value is decoded in place (lsm.DB.GetFunc), not copied. A put needs only
-// the previous version's metadata unless it returns the previous value.
+// meta is read without the value (the record's value is nil): the
+// engine's value is decoded in place (lsm.DB.GetFunc), not copied. A put
+// or delete needs only the previous version's metadata unless it returns
+// the previous value.
 func (a *applier) meta(key []byte) (record, bool, error) {
-	if rec, found, decided := a.overlay.lookup(key); decided {
+	if rec, found, decided := a.lookup(key); decided {
 		rec.value = nil
 		return rec, found, nil
 	}
@@ -314,13 +429,130 @@ func (a *applier) meta(key []byte) (record, bool, error) {
 	return rec, true, nil
 }
 
-func (a *applier) put(r *cairnpb.PutRequest, index uint64) (*cairnpb.PutResponse, error) {
-	key := r.GetKey()
-	lookup := a.meta
-	if r.GetPrevKv() {
-		lookup = a.get
+// compareKey evaluates one validated Compare against its key as the batch
+// built so far leaves it. The engine's value is compared in place, never
+// copied: a Txn's compares allocate nothing in proportion to the values
+// they compare.
+func (a *applier) compareKey(c *cairnpb.Compare) (bool, error) {
+	key := c.GetKey()
+	if c.GetTarget() != cairnpb.Compare_VALUE {
+		rec, found, err := a.meta(key)
+		if err != nil {
+			return false, err
+		}
+		return compare(c, &rec, found), nil
 	}
-	old, found, err := lookup(key)
+	if rec, found, decided := a.lookup(key); decided {
+		return compare(c, &rec, found), nil
+	}
+	a.keyBuf = userKey(a.keyBuf[:0], key)
+	var ok bool
+	err := a.db.GetFunc(a.keyBuf, func(v []byte) error {
+		rec, err := decodeRecord(v)
+		if err != nil {
+			return err
+		}
+		ok = compare(c, &rec, true)
+		return nil
+	})
+	switch {
+	case err == nil:
+		return ok, nil
+	case errors.Is(err, lsm.ErrNotFound):
+		return compare(c, &record{}, false), nil
+	case errors.Is(err, errCorruption):
+		return false, fmt.Errorf("key %q: %w", key, err)
+	}
+	return false, fmt.Errorf("reading %q: %w", key, err)
+}
+
+// setKey, deleteKey and deleteKeys write to the batch being built (and its
+// overlay), or stage the write while a Txn runs.
+
+func (a *applier) setKey(key []byte, rec record) {
+	if a.staging {
+		a.txnOverlay.put(key, rec)
+		a.staged = append(a.staged, stagedWrite{kind: stagedPut, key: key, rec: rec})
+		return
+	}
+	a.overlay.put(key, rec)
+	a.keyBuf = userKey(a.keyBuf[:0], key)
+	a.recBuf = encodeRecord(a.recBuf[:0], &rec)
+	a.batch.Set(a.keyBuf, a.recBuf)
+}
+
+func (a *applier) deleteKey(key []byte) {
+	if a.staging {
+		a.txnOverlay.delete(key)
+		a.staged = append(a.staged, stagedWrite{kind: stagedDelete, key: key})
+		return
+	}
+	a.overlay.delete(key)
+	a.keyBuf = userKey(a.keyBuf[:0], key)
+	a.batch.Delete(a.keyBuf)
+}
+
+// deleteKeys deletes the user keys [lo, hi) (hi nil: unbounded) with one
+// range deletion: no key of the range is visited.
+func (a *applier) deleteKeys(lo, hi []byte) {
+	if a.staging {
+		a.txnOverlay.deleteRange(lo, hi)
+		a.staged = append(a.staged, stagedWrite{kind: stagedDeleteRange, key: lo, end: hi})
+		return
+	}
+	a.overlay.deleteRange(lo, hi)
+	end := userSpaceEnd
+	if hi != nil {
+		end = userKey(nil, hi)
+	}
+	a.batch.DeleteRange(userKey(nil, lo), end)
+}
+
+// stage starts staging a Txn's writes.
+func (a *applier) stage() {
+	a.dropStaged()
+	a.txnOverlay.reset()
+	a.staging = true
+}
+
+// commitStaged writes a Txn's staged writes to the batch, in order.
+func (a *applier) commitStaged() {
+	a.staging = false
+	for i := range a.staged {
+		w := &a.staged[i]
+		switch w.kind {
+		case stagedPut:
+			a.setKey(w.key, w.rec)
+		case stagedDelete:
+			a.deleteKey(w.key)
+		case stagedDeleteRange:
+			a.deleteKeys(w.key, w.end)
+		}
+	}
+	a.dropStaged()
+}
+
+// dropStaged forgets a Txn's staged writes (and which reads it added).
+func (a *applier) dropStaged() {
+	a.staging = false
+	clear(a.staged)
+	a.staged = a.staged[:0]
+	clear(a.txnReads)
+	a.txnReads = a.txnReads[:0]
+}
+
+// put applies a Put; its prev_kv, if asked for, is counted against budget
+// (nil: unbounded), and errResponseBound returned if it does not fit.
+func (a *applier) put(r *cairnpb.PutRequest, index uint64, budget *responseBudget) (*cairnpb.PutResponse, error) {
+	key := r.GetKey()
+	var old record
+	var found bool
+	var err error
+	if r.GetPrevKv() {
+		old, found, err = a.read(key, budget)
+	} else {
+		old, found, err = a.meta(key)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -329,10 +561,7 @@ func (a *applier) put(r *cairnpb.PutRequest, index uint64) (*cairnpb.PutResponse
 		rec.version = old.version + 1
 		rec.createIndex = old.createIndex
 	}
-	a.overlay.put(key, rec)
-	a.keyBuf = userKey(a.keyBuf[:0], key)
-	a.recBuf = encodeRecord(a.recBuf[:0], &rec)
-	a.batch.Set(a.keyBuf, a.recBuf)
+	a.setKey(key, rec)
 	resp := &cairnpb.PutResponse{Version: rec.version, CreateIndex: rec.createIndex, ModIndex: rec.modIndex}
 	if found && r.GetPrevKv() {
 		resp.PrevKv = old.keyValue(key, true)
@@ -340,15 +569,21 @@ func (a *applier) put(r *cairnpb.PutRequest, index uint64) (*cairnpb.PutResponse
 	return resp, nil
 }
 
-func (a *applier) delete(r *cairnpb.DeleteRequest) (*cairnpb.DeleteResponse, error) {
+// delete applies a Delete; its prev_kv as put's.
+func (a *applier) delete(r *cairnpb.DeleteRequest, budget *responseBudget) (*cairnpb.DeleteResponse, error) {
 	key := r.GetKey()
-	old, found, err := a.get(key)
+	var old record
+	var found bool
+	var err error
+	if r.GetPrevKv() {
+		old, found, err = a.read(key, budget)
+	} else {
+		old, found, err = a.meta(key)
+	}
 	if err != nil || !found {
 		return &cairnpb.DeleteResponse{}, err
 	}
-	a.overlay.delete(key)
-	a.keyBuf = userKey(a.keyBuf[:0], key)
-	a.batch.Delete(a.keyBuf)
+	a.deleteKey(key)
 	resp := &cairnpb.DeleteResponse{Deleted: 1}
 	if r.GetPrevKv() {
 		resp.PrevKv = old.keyValue(key, true)
@@ -356,6 +591,8 @@ func (a *applier) delete(r *cairnpb.DeleteRequest) (*cairnpb.DeleteResponse, err
 	return resp, nil
 }
 
+// deleteRange applies a DeleteRange as one range deletion: neither the
+// deleted keys nor their values are read, and the response carries none.
 func (a *applier) deleteRange(r *cairnpb.DeleteRangeRequest) *cairnpb.DeleteRangeResponse {
 	lo, hi, err := a.f.limits.keyRange(r.GetStart(), r.GetEnd(), r.GetPrefix())
 	if err != nil {
@@ -365,63 +602,77 @@ func (a *applier) deleteRange(r *cairnpb.DeleteRangeRequest) *cairnpb.DeleteRang
 	if hi != nil && bytes.Equal(lo, hi) {
 		return &cairnpb.DeleteRangeResponse{}
 	}
-	a.overlay.deleteRange(lo, hi)
-	end := userSpaceEnd
-	if hi != nil {
-		end = userKey(nil, hi)
-	}
-	a.batch.DeleteRange(userKey(nil, lo), end)
+	a.deleteKeys(lo, hi)
 	return &cairnpb.DeleteRangeResponse{}
 }
 
-func (a *applier) txn(r *cairnpb.TxnRequest, index uint64) (*cairnpb.TxnResponse, error) {
+// txn applies a Txn. Its operations' writes are staged until every
+// operation has run: if the response would carry more than maxResponse
+// bytes of keys and values (0: no bound), the Txn fails as a whole with an
+// argument error (argErr), nothing written, as soon as the read that passes
+// the bound is reached (that value is not copied, and no later operation
+// runs).
+func (a *applier) txn(r *cairnpb.TxnRequest, index, maxResponse uint64) (resp *cairnpb.TxnResponse, argErr, err error) {
 	succeeded := true
 	for _, c := range r.GetCompare() {
-		rec, found, err := a.get(c.GetKey())
+		ok, err := a.compareKey(c)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if !compare(c, &rec, found) {
+		if !ok {
 			succeeded = false
 			break
 		}
 	}
-	ops := r.GetSuccess()
+	branch, ops := "success", r.GetSuccess()
 	if !succeeded {
-		ops = r.GetFailure()
+		branch, ops = "failure", r.GetFailure()
 	}
-	resp := &cairnpb.TxnResponse{Succeeded: succeeded, Responses: make([]*cairnpb.ResponseOp, 0, len(ops))}
-	for _, op := range ops {
+	budget := &responseBudget{limit: maxResponse}
+	a.stage()
+	defer a.dropStaged()
+	resp = &cairnpb.TxnResponse{Succeeded: succeeded, Responses: make([]*cairnpb.ResponseOp, 0, len(ops))}
+	for i, op := range ops {
 		var out cairnpb.ResponseOp
+		var err error
 		switch op := op.GetRequest().(type) {
 		case *cairnpb.RequestOp_Put:
-			pr, err := a.put(op.Put, index)
-			if err != nil {
-				return nil, err
+			var pr *cairnpb.PutResponse
+			if pr, err = a.put(op.Put, index, budget); err == nil {
+				out.Response = &cairnpb.ResponseOp_Put{Put: pr}
 			}
-			out.Response = &cairnpb.ResponseOp_Put{Put: pr}
 		case *cairnpb.RequestOp_Get:
-			rec, found, err := a.get(op.Get.GetKey())
-			if err != nil {
-				return nil, err
+			var rec record
+			var found bool
+			if rec, found, err = a.read(op.Get.GetKey(), budget); err == nil {
+				gr := &cairnpb.GetResponse{}
+				if found {
+					gr.Kv = rec.keyValue(op.Get.GetKey(), true)
+				}
+				out.Response = &cairnpb.ResponseOp_Get{Get: gr}
 			}
-			gr := &cairnpb.GetResponse{}
-			if found {
-				gr.Kv = rec.keyValue(op.Get.GetKey(), true)
-			}
-			out.Response = &cairnpb.ResponseOp_Get{Get: gr}
 		case *cairnpb.RequestOp_Delete:
-			dr, err := a.delete(op.Delete)
-			if err != nil {
-				return nil, err
+			var dr *cairnpb.DeleteResponse
+			if dr, err = a.delete(op.Delete, budget); err == nil {
+				out.Response = &cairnpb.ResponseOp_Delete{Delete: dr}
 			}
-			out.Response = &cairnpb.ResponseOp_Delete{Delete: dr}
 		case *cairnpb.RequestOp_DeleteRange:
 			out.Response = &cairnpb.ResponseOp_DeleteRange{DeleteRange: a.deleteRange(op.DeleteRange)}
 		}
+		if errors.Is(err, errResponseBound) {
+			for _, k := range a.txnReads {
+				delete(a.reads, k)
+			}
+			return nil, invalidf("txn response exceeds the limit of %d bytes of keys and values "+
+				"(%s operation %d passes it; read large values with separate Gets)", maxResponse, branch, i), nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
 		resp.Responses = append(resp.Responses, &out)
 	}
-	return resp, nil
+	a.commitStaged()
+	return resp, nil, nil
 }
 
 // compare evaluates one validated Compare against a key's state.

@@ -10,8 +10,32 @@ import (
 
 // NewCommand wraps a write request (*cairnpb.PutRequest, DeleteRequest,
 // DeleteRangeRequest or TxnRequest) in a Command, taking client_id and seq
-// from the request. The request is not copied.
+// from the request. The request is not copied. A Txn command is stamped
+// with the response bound of the default largest value
+// (cairnpb.DefaultMaxResponseKVBytes); FSM.NewCommand stamps the FSM's.
 func NewCommand(req proto.Message) (*fsmpb.Command, error) {
+	return newCommand(req, cairnpb.DefaultMaxResponseKVBytes)
+}
+
+// NewCommand is the package's NewCommand with a Txn command stamped with
+// the response bound of this FSM's Options.MaxValueSize
+// (cairnpb.MaxResponseKVBytes): what a node proposes.
+//
+// Why the bound is stamped rather than read from the applying replica's
+// options: every replica must refuse or apply a Txn alike, and a replica's
+// MaxValueSize is local configuration (meant to be the same on every node,
+// but nothing checks it, and a rolling change of it has nodes disagree for
+// a while). A fixed constant would be deterministic too, but would have to
+// be either too small for a cluster configured with larger values (a Txn
+// could not read one of them) or, at lsm.MaxValueSize, too large to bound
+// much. The stamped bound is a function of the log alone; a command logged
+// before the field existed carries 0, no bound, so replaying an old log
+// applies every entry as it was applied then.
+func (f *FSM) NewCommand(req proto.Message) (*fsmpb.Command, error) {
+	return newCommand(req, f.limits.maxResponseKV)
+}
+
+func newCommand(req proto.Message, maxResponseKV int) (*fsmpb.Command, error) {
 	switch r := req.(type) {
 	case *cairnpb.PutRequest:
 		return &fsmpb.Command{ClientId: r.GetClientId(), Seq: r.GetSeq(), Op: &fsmpb.Command_Put{Put: r}}, nil
@@ -20,7 +44,8 @@ func NewCommand(req proto.Message) (*fsmpb.Command, error) {
 	case *cairnpb.DeleteRangeRequest:
 		return &fsmpb.Command{ClientId: r.GetClientId(), Seq: r.GetSeq(), Op: &fsmpb.Command_DeleteRange{DeleteRange: r}}, nil
 	case *cairnpb.TxnRequest:
-		return &fsmpb.Command{ClientId: r.GetClientId(), Seq: r.GetSeq(), Op: &fsmpb.Command_Txn{Txn: r}}, nil
+		return &fsmpb.Command{ClientId: r.GetClientId(), Seq: r.GetSeq(), Op: &fsmpb.Command_Txn{Txn: r},
+			MaxTxnResponseBytes: uint64(maxResponseKV)}, nil
 	default:
 		return nil, invalidf("%T is not a write request", req)
 	}
@@ -43,6 +68,28 @@ func Decode(data []byte) (*fsmpb.Command, error) {
 // limits are the checks every command passes before it is applied.
 type limits struct {
 	maxValueSize int
+	// maxResponseKV is the response bound this node stamps on the Txn
+	// commands it proposes (cairnpb.MaxResponseKVBytes(maxValueSize)).
+	// Applying a command uses the command's own bound, never this.
+	maxResponseKV int
+	// maxScanPage bounds a Scan page's KeyValues, each counted with
+	// scanKVOverhead (see FSM.scan).
+	maxScanPage int
+}
+
+// scanKVOverhead bounds what one KeyValue adds to a ScanResponse's encoding
+// beyond its key and value: its field tag and length (1+3 bytes), the key's
+// and value's tags and lengths (1+3, 1+4) and three varint fields (3*11).
+const scanKVOverhead = 48
+
+// maxScanPageBytes returns the bound of a Scan page's KeyValues (with
+// scanKVOverhead each) on a node whose largest value is maxValueSize, such
+// that a page always fits the node's gRPC messages (maxValueSize +
+// cairnpb.MaxKeySize + 1 MiB, cluster's maxMessageSize): what is left is
+// the next page token (a key and 3 bytes, with its tag and length) and the
+// header (a node id and two varints), for which 64 KiB is ample.
+func maxScanPageBytes(maxValueSize int) int {
+	return maxValueSize + cairnpb.MaxKeySize + 1<<20 - (cairnpb.MaxKeySize + 64<<10)
 }
 
 // Validate checks a command as ApplyBatch will, so that the cluster layer

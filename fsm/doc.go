@@ -9,11 +9,24 @@
 // The payload of every raft LogCommand entry is a protobuf fsmpb.Command
 // (fsm/fsmpb/fsm.proto): one of the API's write requests (Put, Delete,
 // DeleteRange, Txn) with the client_id and seq of at-most-once execution.
-// Build one with NewCommand(req) and Encode it; FSM.Validate checks it as
-// the FSM will, so the leader can refuse a bad write before proposing it.
-// The result of applying it (in the ApplyFuture's Response) is the API
-// response (*cairnpb.PutResponse, ...) with header.applied_index and
-// header.raft_term set, or an error (see ApplyBatch).
+// Build one with FSM.NewCommand(req) (or NewCommand) and Encode it;
+// FSM.Validate checks it as the FSM will, so the leader can refuse a bad
+// write before proposing it. The result of applying it (in the
+// ApplyFuture's Response) is the API response (*cairnpb.PutResponse, ...)
+// with header.applied_index and header.raft_term set, or an error (see
+// ApplyBatch).
+//
+// A Txn command carries the bound on the keys and values its response may
+// hold (max_txn_response_bytes, cairnpb.MaxResponseKVBytes of the
+// proposing node's largest value), so that every replica decides alike
+// whatever its own options. Applying the Txn counts each value against the
+// bound before copying it; the read that would pass it fails the Txn with
+// an InvalidArgument error naming the bound, and none of the Txn's writes
+// (staged until its last operation) is applied. A command without the
+// field (logged by an older version) is unbounded, as it was then. Values
+// read from the engine for responses are copied once per batch, however
+// many responses of the batch carry them; compares and Deletes without
+// prev_kv read values in place.
 //
 // # Engine layout
 //

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/lsm"
 	"github.com/cairnkv/cairn/lsm/vfs"
 	"github.com/hashicorp/raft"
@@ -91,10 +92,14 @@ func New(dir string, opts *Options) (*FSM, error) {
 		return nil, err
 	}
 	f := &FSM{
-		dir:    dir,
-		opts:   o,
-		fs:     o.Engine.FS,
-		limits: limits{maxValueSize: o.MaxValueSize},
+		dir:  dir,
+		opts: o,
+		fs:   o.Engine.FS,
+		limits: limits{
+			maxValueSize:  o.MaxValueSize,
+			maxResponseKV: cairnpb.MaxResponseKVBytes(o.MaxValueSize),
+			maxScanPage:   maxScanPageBytes(o.MaxValueSize),
+		},
 	}
 	f.notify.init()
 	if err := f.fs.MkdirAll(dir, 0o755); err != nil {

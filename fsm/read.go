@@ -100,7 +100,13 @@ func (f *FSM) Scan(req *cairnpb.ScanRequest) (*cairnpb.ScanResponse, error) {
 
 // scan returns up to limit KeyValues of the user keys in [lo, hi) (hi nil:
 // unbounded), stopping early after the one that brings the page's keys and
-// values to maxBytes; more reports that keys remain.
+// values to maxBytes, or before one that would take the page past what a
+// gRPC message of the node holds (limits.maxScanPage, which only a page's
+// first key may pass: a value stored under a larger MaxValueSize). Without
+// that, a page of nearly maxBytes followed by a largest value, or any page
+// of a node whose largest value is less than 3 MiB, could be larger than
+// the node sends, and every retry of the page would fail alike. A value
+// that ends the page is not copied. more reports that keys remain.
 func (f *FSM) scan(lo, hi []byte, limit, maxBytes int, reverse, withValues bool) (kvs []*cairnpb.KeyValue, more bool, err error) {
 	opts := &lsm.IterOptions{LowerBound: userKey(nil, lo), UpperBound: userSpaceEnd}
 	if hi != nil {
@@ -123,7 +129,7 @@ func (f *FSM) scan(lo, hi []byte, limit, maxBytes int, reverse, withValues bool)
 	if reverse {
 		step, ok = it.Prev, it.Last()
 	}
-	size := 0
+	size, encoded := 0, 0
 	for ; ok; ok = step() {
 		if len(kvs) == limit || size >= maxBytes {
 			more = true
@@ -133,6 +139,15 @@ func (f *FSM) scan(lo, hi []byte, limit, maxBytes int, reverse, withValues bool)
 		if err != nil {
 			return nil, false, fmt.Errorf("fsm: key %q: %w", it.Key()[1:], err)
 		}
+		n := len(it.Key()) - 1 + scanKVOverhead
+		if withValues {
+			n += len(rec.value)
+		}
+		if len(kvs) > 0 && encoded+n > f.limits.maxScanPage {
+			more = true
+			break
+		}
+		encoded += n
 		kv := rec.keyValue(bytes.Clone(it.Key()[1:]), false)
 		if withValues {
 			kv.Value = bytes.Clone(rec.value)

@@ -24,10 +24,32 @@ const (
 	DefaultScanLimit = 1000
 	MaxScanLimit     = 10000
 	// MaxScanPageBytes bounds the keys and values of one Scan page: a page
-	// ends after the key that brings it to this size (a page holds at least
-	// one key, whatever its size).
+	// ends after the key that brings it to this size, or before a key that
+	// would take it past the node's gRPC message limit (maxValueSize +
+	// MaxKeySize + 1 MiB; a page holds at least one key, whatever its
+	// size).
 	MaxScanPageBytes = 4 << 20
+
+	// DefaultMaxResponseKVBytes is MaxResponseKVBytes of the default
+	// largest value.
+	DefaultMaxResponseKVBytes = DefaultMaxValueSize + MaxKeySize
 )
+
+// MaxResponseKVBytes returns how many bytes of keys and values one response
+// may carry on a cluster whose largest value is maxValueSize: the largest
+// value with the largest key, so that any one key can always be read, and
+// any response within it fits the nodes' gRPC message limit (maxValueSize
+// + MaxKeySize + 1 MiB, which leaves 1 MiB for the rest of a response:
+// headers and metadata, a few dozen bytes per KeyValue).
+//
+// A Txn whose response would carry more (the key and value of its Gets'
+// kv and of its Puts' and Deletes' prev_kv, counted as often as they
+// appear) fails as a whole, with InvalidArgument ("txn response exceeds
+// the limit of N bytes of keys and values ..."), and applies none of its
+// writes: read large values with separate Gets, or a Scan. The bound a
+// Txn is held to travels in its raft command, stamped by the node that
+// proposed it.
+func MaxResponseKVBytes(maxValueSize int) int { return maxValueSize + MaxKeySize }
 
 // gRPC metadata keys.
 const (

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 )
 
 func TestPrefixEnd(t *testing.T) {
@@ -40,6 +42,32 @@ func TestPrefixEndProperty(t *testing.T) {
 		in := bytes.Compare(k, prefix) >= 0 && (end == nil || bytes.Compare(k, end) < 0)
 		if in != bytes.HasPrefix(k, prefix) {
 			t.Fatalf("prefix %x key %x end %x: in range %v, has prefix %v", prefix, k, end, in, !in)
+		}
+	}
+}
+
+// TestMaxResponseKVBytesFitsAMessage: a Txn response whose keys and values
+// reach MaxResponseKVBytes, spread over the most operations with the
+// largest metadata, still fits the nodes' gRPC messages (maxValueSize +
+// MaxKeySize + 1 MiB), so every Txn the bound lets through can be sent.
+func TestMaxResponseKVBytesFitsAMessage(t *testing.T) {
+	for _, maxValue := range []int{4 << 10, DefaultMaxValueSize, 64 << 20} {
+		bound := MaxResponseKVBytes(maxValue)
+		resp := &TxnResponse{
+			Header:    &ResponseHeader{NodeId: string(make([]byte, 256)), RaftTerm: 1<<64 - 1, AppliedIndex: 1<<64 - 1},
+			Succeeded: true,
+		}
+		left := bound
+		for i := range MaxTxnOps {
+			n := left / (MaxTxnOps - i)
+			left -= n
+			k := min(n, MaxKeySize)
+			kv := &KeyValue{Key: make([]byte, k), Value: make([]byte, n-k), Version: 1<<64 - 1, CreateIndex: 1<<64 - 1, ModIndex: 1<<64 - 1}
+			resp.Responses = append(resp.Responses, &ResponseOp{Response: &ResponseOp_Get{Get: &GetResponse{Kv: kv}}})
+		}
+		if size, limit := proto.Size(resp), maxValue+MaxKeySize+1<<20; size > limit {
+			t.Errorf("largest value %d: a response of %d bytes of keys and values encodes to %d bytes, more than a message's %d",
+				maxValue, bound, size, limit)
 		}
 	}
 }

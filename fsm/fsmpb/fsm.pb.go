@@ -83,9 +83,18 @@ type Command struct {
 	//	*Command_Delete
 	//	*Command_DeleteRange
 	//	*Command_Txn
-	Op            isCommand_Op `protobuf_oneof:"op"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Op isCommand_Op `protobuf_oneof:"op"`
+	// max_txn_response_bytes bounds the keys and values a Txn's response
+	// carries (the kv of its Gets, the prev_kv of its Puts and Deletes): a
+	// Txn whose response would carry more fails as a whole, changing
+	// nothing. The node that proposes the command stamps it
+	// (cairnpb.MaxResponseKVBytes of its largest value), so every replica
+	// applies the same bound whatever its own configuration. 0 means no
+	// bound: the commands logged before the field existed, which apply as
+	// they always did. Only Txn commands carry it.
+	MaxTxnResponseBytes uint64 `protobuf:"varint,7,opt,name=max_txn_response_bytes,json=maxTxnResponseBytes,proto3" json:"max_txn_response_bytes,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Command) Reset() {
@@ -173,6 +182,13 @@ func (x *Command) GetTxn() *cairnpb.TxnRequest {
 		}
 	}
 	return nil
+}
+
+func (x *Command) GetMaxTxnResponseBytes() uint64 {
+	if x != nil {
+		return x.MaxTxnResponseBytes
+	}
+	return 0
 }
 
 type isCommand_Op interface {
@@ -516,14 +532,15 @@ var File_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x0ffsmpb/fsm.proto\x12\fcairn.fsm.v1\x1a\x10cairnpb/kv.proto\"\x88\x02\n" +
+	"\x0ffsmpb/fsm.proto\x12\fcairn.fsm.v1\x1a\x10cairnpb/kv.proto\"\xbd\x02\n" +
 	"\aCommand\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12(\n" +
 	"\x03put\x18\x03 \x01(\v2\x14.cairn.v1.PutRequestH\x00R\x03put\x121\n" +
 	"\x06delete\x18\x04 \x01(\v2\x17.cairn.v1.DeleteRequestH\x00R\x06delete\x12A\n" +
 	"\fdelete_range\x18\x05 \x01(\v2\x1c.cairn.v1.DeleteRangeRequestH\x00R\vdeleteRange\x12(\n" +
-	"\x03txn\x18\x06 \x01(\v2\x14.cairn.v1.TxnRequestH\x00R\x03txnB\x04\n" +
+	"\x03txn\x18\x06 \x01(\v2\x14.cairn.v1.TxnRequestH\x00R\x03txn\x123\n" +
+	"\x16max_txn_response_bytes\x18\a \x01(\x04R\x13maxTxnResponseBytesB\x04\n" +
 	"\x02op\"N\n" +
 	"\x05Error\x12+\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x17.cairn.fsm.v1.ErrorCodeR\x04code\x12\x18\n" +
