@@ -129,8 +129,12 @@ type Node struct {
 	// raftStarted is n.raft once NewRaft returned, for the goroutines that
 	// may run before (the raft transport's handshakes).
 	raftStarted atomic.Pointer[raft.Raft]
+	// raftUp is closed once raftStarted is set.
+	raftUp chan struct{}
 	// peerIDs caches the configuration's server IDs for peerIDAllowed.
 	peerIDs atomic.Pointer[peerIDs]
+	// peerIDsLoading: a goroutine is re-reading peerIDs.
+	peerIDsLoading atomic.Bool
 	// repl is the leader's view of its followers' replication
 	// (replprogress.go).
 	repl *replTracker
@@ -167,7 +171,7 @@ func New(cfg Config, deps *Deps) (*Node, error) {
 		// (verify.go): one that does not name this node's would never be
 		// added to a cluster, so say so now.
 		if leaf := n.tls.cert.Leaf; leaf != nil && !slices.Contains(auth.NodeNames(leaf), c.ID) {
-			return nil, fmt.Errorf("%w: TLS certificate file %s names %q (CN and DNS SANs), not this node's ID %q: "+
+			return nil, fmt.Errorf("%w: TLS certificate file %s names %q (its CN), not this node's ID %q: "+
 				"peers identify a node by its ID in its certificate", ErrInvalidConfig, c.TLS.CertFile, auth.NodeNames(leaf), c.ID)
 		}
 	}
@@ -185,6 +189,7 @@ func New(cfg Config, deps *Deps) (*Node, error) {
 	if n.tls != nil {
 		n.tls.raftPeerAllowed = n.peerIDAllowed
 	}
+	n.raftUp = make(chan struct{})
 	n.leaderChange.init()
 	n.reconcilePoke = make(chan struct{}, 1)
 	n.bootstrapPoke = make(chan struct{}, 1)
@@ -350,6 +355,7 @@ func (n *Node) Start() (err error) {
 		return fmt.Errorf("cluster: starting raft: %w", err)
 	}
 	n.raftStarted.Store(n.raft)
+	close(n.raftUp)
 	n.applier = &membership.Applier{Raft: n.raft, Timeout: c.ApplyTimeout}
 
 	// gRPC.

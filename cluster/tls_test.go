@@ -193,6 +193,22 @@ func TestTLSStreamLayer(t *testing.T) {
 		t.Fatalf("server refused %d connections, want 1", n)
 	}
 
+	// A node certificate of the cluster CA naming a node that is not a
+	// server of the configuration (a removed node's, a stranger's):
+	// refused once the server checks names (Node.peerIDAllowed).
+	serverState.raftPeerAllowed = func(id string) bool { return id == "c1" }
+	dialErr, serverErr = roundTrip(testTLSState(t, ca.node(t, "c9"), ca))
+	if dialErr == nil || serverErr == nil || !strings.Contains(serverErr.Error(), "names no server of the configuration") {
+		t.Fatalf("node certificate of a non-member: dial %v, server %v; want both to fail", dialErr, serverErr)
+	}
+	if dialErr, serverErr := roundTrip(testTLSState(t, ca.node(t, "c1"), ca)); dialErr != nil || serverErr != nil {
+		t.Fatalf("node certificate of a member: dial %v, server %v", dialErr, serverErr)
+	}
+	if n := serverState.refused.snapshot()["raft-in"]; n != 2 {
+		t.Fatalf("server refused %d connections, want 2", n)
+	}
+	serverState.raftPeerAllowed = nil
+
 	// A server with a foreign certificate: the dialer refuses it in Dial.
 	foreignServer, err := newTLSStreamLayer(testnet.Addr(t), nil, testTLSState(t, foreign.node(t, "x2"), ca), 10*time.Second)
 	if err != nil {

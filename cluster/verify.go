@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/cluster/auth"
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -30,8 +31,7 @@ import (
 //
 //   - with TLS, the server at that address must present a node
 //     certificate of the cluster CA (checked by the handshake,
-//     tls.go) that names the member's ID (auth.NodeNames: its CN or a DNS
-//     SAN);
+//     tls.go) whose CN is the member's ID (auth.NodeNames);
 //   - without TLS but with a peer token, the server must answer a fresh
 //     challenge with an HMAC keyed with the token over the challenge, its
 //     own nonce, the member's ID and the address dialed (ProvePeer). The
@@ -307,36 +307,69 @@ type peerIDs struct {
 }
 
 // peerIDAllowed reports whether a node certificate naming id may act as a
-// peer here (auth.Authorizer.SetPeerAllowed): id must be a server of the
-// latest raft configuration, so that removing a node from the cluster
-// revokes its certificate's peer role on every node that applies the
-// removal. A node without raft state yet (forming a cluster, or about to
-// be added) allows any node certificate of the cluster CA: the leader
-// that adds it must reach it, and it holds nothing yet.
+// peer here (auth.Authorizer.SetPeerAllowed, and the raft port's
+// handshake): id must be a server of the latest raft configuration, so
+// that removing a node from the cluster revokes its certificate's peer
+// role on every node that applies the removal. A node without raft state
+// yet (forming a cluster, or about to be added) allows any node
+// certificate of the cluster CA: the leader that adds it must reach it,
+// and it holds nothing yet.
+//
+// It answers from a cached set, re-read from raft (which waits for raft's
+// main loop) only when a configuration entry was applied since, so that a
+// removal is in force on a node as soon as the node applied it. A miss
+// also re-reads it, at most every 500ms and in the background (a server
+// just added by a configuration appended but not applied here yet).
 func (n *Node) peerIDAllowed(id string) bool {
 	r := n.raftStarted.Load()
 	if r == nil {
-		return false // starting: raft itself is not up to take a call
+		// The raft transport takes connections before raft runs (a
+		// restart): its handshake waits for raft to know the
+		// configuration.
+		select {
+		case <-n.raftUp:
+			r = n.raftStarted.Load()
+		case <-n.ctx.Done():
+			return false
+		case <-time.After(raftNetTimeout):
+			return false
+		}
 	}
 	if r.LastIndex() == 0 && r.CurrentTerm() == 0 {
 		return true
 	}
-	idx := n.fsm.configIndex.Load()
 	c := n.peerIDs.Load()
-	// Re-read on a new configuration, and on a miss at most every
-	// 500ms (a server just added by a configuration not applied here
-	// yet).
-	if c == nil || c.index != idx || (!c.ids[id] && time.Since(c.at) > 500*time.Millisecond) {
-		f := r.GetConfiguration()
-		if f.Error() != nil {
-			return c != nil && c.ids[id]
+	switch {
+	case c == nil || c.index != n.fsm.configIndex.Load():
+		// A configuration applied since: a removal must take effect
+		// at once.
+		if c = n.loadPeerIDs(r); c == nil {
+			return false
 		}
-		ids := make(map[string]bool)
-		for _, s := range f.Configuration().Servers {
-			ids[string(s.ID)] = true
+	case !c.ids[id] && time.Since(c.at) > 500*time.Millisecond:
+		if n.peerIDsLoading.CompareAndSwap(false, true) {
+			go func() {
+				defer n.peerIDsLoading.Store(false)
+				n.loadPeerIDs(r)
+			}()
 		}
-		c = &peerIDs{index: idx, at: time.Now(), ids: ids}
-		n.peerIDs.Store(c)
 	}
 	return c.ids[id]
+}
+
+// loadPeerIDs reads the configuration's server IDs into the cache and
+// returns them (nil if raft cannot answer).
+func (n *Node) loadPeerIDs(r *raft.Raft) *peerIDs {
+	idx := n.fsm.configIndex.Load()
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	ids := make(map[string]bool)
+	for _, s := range f.Configuration().Servers {
+		ids[string(s.ID)] = true
+	}
+	c := &peerIDs{index: idx, at: time.Now(), ids: ids}
+	n.peerIDs.Store(c)
+	return c
 }

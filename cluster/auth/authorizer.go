@@ -70,21 +70,16 @@ func (a *Authorizer) SetPeerAllowed(f func(nodeID string) bool) {
 }
 
 // NodeNames returns the node IDs a node certificate c can name: its
-// subject CN, then its DNS SANs (`cairn-node certs` makes node
-// certificates with CN and a DNS SAN the node's name; their other SANs,
-// localhost and the extra hosts, name no node unless a node has that ID),
-// without repeats. It does not check that c is a node certificate.
+// subject CN alone (nil without one). Not its DNS SANs: every node
+// certificate `cairn-node certs` makes carries localhost and the operator's
+// extra host names as DNS SANs, so a node named like one of them could be
+// claimed by any node certificate. It does not check that c is a node
+// certificate.
 func NodeNames(c *x509.Certificate) []string {
-	var names []string
-	if c.Subject.CommonName != "" {
-		names = append(names, c.Subject.CommonName)
+	if c.Subject.CommonName == "" {
+		return nil
 	}
-	for _, n := range c.DNSNames {
-		if n != "" && !slices.Contains(names, n) {
-			names = append(names, n)
-		}
-	}
-	return names
+	return []string{c.Subject.CommonName}
 }
 
 // peerName returns the name of the peer whose node certificate is leaf,

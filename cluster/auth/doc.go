@@ -31,7 +31,7 @@
 //     not: with the dev setup's single CA, every client certificate would
 //     otherwise be a peer. Nor is one under an intermediate CA restricted
 //     to one of the usages. With Authorizer.SetPeerAllowed, a node
-//     certificate is a peer only if one of its NodeNames (CN, DNS SANs) is
+//     certificate is a peer only if its NodeNames (its CN) is
 //     a node the function allows (the node: one in the raft
 //     configuration), so that removing a node from the cluster takes its
 //     certificate's peer role; a node certificate it refuses goes on to
