@@ -102,8 +102,13 @@
 //     member's ID or a proof of the peer token) are added, have their
 //     address updated, claim an address or are promoted. An unverified
 //     member can therefore neither join nor, by its claims, cause any
-//     server's removal. (Gossip about configured members, such as a leave,
-//     is still taken as it comes.)
+//     server's removal. Gossip about configured members is still taken as
+//     it comes, with one check: a leave can be forged in another member's
+//     name by anyone with the gossip key (memberlist accepts it until the
+//     member refutes it), so a server whose member left is removed only
+//     once raft no longer reaches it (a node that leaves stops its raft
+//     right after). A forged NonVoter flag can still demote a voter, down
+//     to MinQuorum, until the member refutes it.
 //     Configured voters are not demoted or removed for being unverified: a
 //     verification can fail for reasons of its own (a timeout, a new
 //     leader that has not verified yet), and that must not shrink the

@@ -284,7 +284,7 @@ func (s *serverView) aliveMember() bool {
 // policy, rule by rule (doc.go has the reasoning):
 //
 //  1. A configured server (never Self) is gone if its member left
-//     gracefully; or if it failed (memberlist says dead since
+//     gracefully and raft does not still reach it; or if it failed (memberlist says dead since
 //     StateChangedAt, or it has no member since MissingSince) at least
 //     FailedGracePeriod ago and raft does not still reach it (Progress
 //     Healthy with a fresh LastContact). Nothing else makes a server gone:
@@ -346,6 +346,13 @@ func Reconcile(in Input) []Action {
 		var failedWhat string
 		switch {
 		case s.hasMember && s.member.State == StateLeft:
+			// Anyone with the gossip key can broadcast a leave in another
+			// member's name (memberlist takes it until the member refutes
+			// it): a server raft still reaches has not gone. A node that
+			// really leaves stops its raft right after (Node.Shutdown).
+			if p.reachable(in.Now, s.progress) {
+				continue
+			}
 			s.gone, s.goneRank, s.why = true, 0, fmt.Sprintf("left gracefully (incarnation %d)", s.member.Incarnation)
 			continue
 		case s.hasMember && s.member.State == StateDead:
