@@ -238,6 +238,7 @@
 //	  gossip-peers       gossip addresses of the last known alive peers
 //	  incarnation        this run's gossip incarnation (Departed servers)
 //	  departed           departure records (Departed servers)
+//	  cluster-id         the ID of the cluster the directory belongs to (clusterid.go)
 //	  gossip.keyring     the gossip keys, mode 0600, if gossip is encrypted (gossipkeys.go)
 //	  seed-incomplete    present while `cairn-node restore` runs (Start refuses)
 //	  raft/wal/          raft-wal log and stable store (segments, wal-meta.db)

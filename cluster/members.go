@@ -115,6 +115,12 @@ func (n *Node) joinLoop(seeds []string) {
 			n.log.Info("cluster: joined gossip", "seeds_answered", k)
 			return
 		}
+		if errors.Is(err, membership.ErrOtherCluster) {
+			// Joining would hand this node's data directory to another
+			// cluster: stop instead (clusterid.go).
+			n.fail(fmt.Errorf("refusing to join: %w", err))
+			return
+		}
 		n.log.Warn("cluster: joining gossip failed; retrying", "err", err, "in", backoff)
 		select {
 		case <-n.ctx.Done():
@@ -252,7 +258,15 @@ func (n *Node) reconcileOnce(ctx context.Context, tracker *membership.Tracker) e
 		return err
 	}
 	conf, confIndex := cf.Configuration(), n.fsm.configIndex.Load()
-	members := n.gossipView()
+	if err := n.ensureClusterID(ctx); err != nil {
+		return err
+	}
+	// Gossip refuses members of other clusters; should one get through
+	// (it gossiped no ID, then one), it is still not reconciled.
+	members := slices.DeleteFunc(slices.Clone(n.gossipView()), func(m membership.Member) bool {
+		cid := n.ClusterID()
+		return m.ClusterID != "" && cid != "" && m.ClusterID != cid
+	})
 	in := membership.Input{
 		Self:            raft.ServerID(n.cfg.ID),
 		Members:         members,

@@ -129,6 +129,15 @@ type Node struct {
 	// raftStarted is n.raft once NewRaft returned, for the goroutines that
 	// may run before (the raft transport's handshakes).
 	raftStarted atomic.Pointer[raft.Raft]
+	// cluster is the node's cluster ID (clusterid.go).
+	cluster clusterIdentity
+	// refusedSeen holds the gossip refusals already logged.
+	refusedSeen sync.Map
+	// failCh receives the reason the node must not go on (Failed);
+	// failed is set then: its Shutdown does not leave gossip (a leave in
+	// the name of a node whose ID it shares would be the other node's).
+	failCh chan error
+	failed atomic.Bool
 	// raftUp is closed once raftStarted is set.
 	raftUp chan struct{}
 	// peerIDs caches the configuration's server IDs for peerIDAllowed.
@@ -190,6 +199,7 @@ func New(cfg Config, deps *Deps) (*Node, error) {
 		n.tls.raftPeerAllowed = n.peerIDAllowed
 	}
 	n.raftUp = make(chan struct{})
+	n.failCh = make(chan error, 1)
 	n.leaderChange.init()
 	n.reconcilePoke = make(chan struct{}, 1)
 	n.bootstrapPoke = make(chan struct{}, 1)
@@ -274,6 +284,12 @@ func (n *Node) Start() (err error) {
 	if n.incarnation, err = nextIncarnation(c.DataDir, time.Now()); err != nil {
 		return err
 	}
+	if n.cluster.id, err = loadClusterID(c.DataDir); err != nil {
+		return err
+	}
+	if n.cluster.id != "" {
+		n.log.Info("cluster: data directory belongs to cluster", "cluster_id", n.cluster.id)
+	}
 	if err := n.startGossip(); err != nil {
 		return err
 	}
@@ -330,7 +346,8 @@ func (n *Node) Start() (err error) {
 		f.Close()
 		return err
 	}
-	n.fsm = &raftFSM{FSM: f, snaps: snaps, departed: departed, log: n.log}
+	n.fsm = &raftFSM{FSM: f, snaps: snaps, departed: departed, log: n.log,
+		onClusterID: func(id string) { n.adoptClusterID(id, "raft entry") }}
 	n.fsm.loadSnapshotConfigIndex()
 	restore, why, err := restoreOnStart(snaps, f)
 	if err != nil {
@@ -396,11 +413,12 @@ func (n *Node) Start() (err error) {
 	}()
 
 	// Background loops.
-	n.wg.Add(4)
+	n.wg.Add(5)
 	go n.watchMembers()
 	go n.leadershipLoop()
 	go n.watchLeaders()
 	go n.healthLoop(hs)
+	go n.clusterIDLoop()
 	if ownSnaps != nil {
 		n.snapStore = ownSnaps
 		ownSnaps.OnCommit(n.compactions.wake)
@@ -532,7 +550,9 @@ func (n *Node) startGossip() error {
 			GRPCAddr:    n.grpcAddr,
 			NonVoter:    c.NonVoter,
 			Incarnation: n.incarnation,
+			ClusterID:   n.cluster.id,
 		},
+		OnRefuse:  n.onRefused,
 		BindAddr:  host,
 		BindPort:  port,
 		Profile:   c.GossipProfile,
@@ -595,7 +615,7 @@ func (n *Node) stopLocked(ctx context.Context, graceful bool) error {
 	if n.health != nil {
 		n.health.Shutdown() // every service NOT_SERVING
 	}
-	if graceful && n.disc != nil && !n.cfg.SkipLeaveOnShutdown {
+	if graceful && n.disc != nil && !n.cfg.SkipLeaveOnShutdown && !n.failed.Load() {
 		// Each of the leave's two broadcasts normally goes out within a
 		// gossip interval; if no peer is left to take it, do not wait long.
 		if err := n.disc.Leave(min(n.cfg.ShutdownTimeout, time.Second)); err != nil {
@@ -838,6 +858,9 @@ type raftFSM struct {
 	departed *departedSet
 	// log receives failures to persist a departure record.
 	log *slog.Logger
+	// onClusterID is called with the ID of every cluster-ID entry
+	// applied (clusterid.go).
+	onClusterID func(id string)
 }
 
 func (r *raftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
@@ -854,8 +877,9 @@ func (r *raftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	return results
 }
 
-// takeDepartures records the departure records among logs and returns logs
-// with each of their entries replaced by a no-op copy (the engine's FSM
+// takeDepartures records the departure records and cluster-ID entries
+// (clusterid.go) among logs and returns logs with each of their entries
+// replaced by a no-op copy (the engine's FSM
 // advances its applied index over it and keeps nothing). logs itself is not
 // modified.
 func (r *raftFSM) takeDepartures(logs []*raft.Log) []*raft.Log {
@@ -865,10 +889,13 @@ func (r *raftFSM) takeDepartures(logs []*raft.Log) []*raft.Log {
 			continue
 		}
 		id, inc, ok := decodeDeparture(l.Extensions)
-		if !ok {
+		if cid, isCID := decodeClusterIDEntry(l.Extensions); isCID {
+			if r.onClusterID != nil {
+				r.onClusterID(cid)
+			}
+		} else if !ok {
 			continue
-		}
-		if r.departed != nil {
+		} else if r.departed != nil {
 			if err := r.departed.record(id, inc); err != nil && r.log != nil {
 				r.log.Warn("cluster: keeping a departure record", "server", id, "err", err)
 			}

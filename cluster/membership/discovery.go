@@ -71,8 +71,54 @@ type Config struct {
 	// Now is the clock for Member.StateChangedAt; default time.Now.
 	Now func() time.Time
 	// Tune, if set, is called last on the memberlist configuration (tests
-	// shorten timings with it). It must not replace Name, Delegate or Events.
+	// shorten timings with it). It must not replace Name, Delegate, Events,
+	// Alive, Merge or Conflict.
 	Tune func(*memberlist.Config)
+	// OnRefuse, if set, is told of every member Discovery refuses: one of
+	// another cluster (Meta.ClusterID), or one that claims this node's ID
+	// or another member's from another address. It is called from
+	// memberlist's goroutines with its locks held: it must return at once
+	// and must not call into Discovery.
+	OnRefuse func(*RefusedError)
+}
+
+// ErrOtherCluster is wrapped by Join's error when a seed belongs to
+// another cluster than this node (Meta.ClusterID).
+var ErrOtherCluster = errors.New("membership: another cluster")
+
+// RefusedError describes a member Discovery refused.
+type RefusedError struct {
+	// Duplicate: the member claims an ID that a node at another address
+	// holds (Existing); else it belongs to another cluster.
+	Duplicate bool
+	// Node is the member's ID (memberlist name), Addr its gossip address,
+	// Meta what it gossips (zero if it could not be decoded).
+	Node, Addr string
+	Meta       Meta
+	// Local is this node's cluster ID (another-cluster refusals).
+	Local string
+	// Existing is the gossip address of the node that holds the ID
+	// (duplicates), and ExistingMeta what it gossips; Self is set when
+	// that node is this one.
+	Existing     string
+	ExistingMeta Meta
+	Self         bool
+}
+
+func (e *RefusedError) Error() string {
+	if e.Duplicate {
+		return fmt.Sprintf("membership: two nodes claim the ID %q: one at %s, one at %s (each node needs its own --id)", e.Node, e.Existing, e.Addr)
+	}
+	return fmt.Sprintf("membership: member %s at %s belongs to cluster %s, this node to cluster %s: refused (a data directory belongs to one cluster; an empty one joins any)",
+		e.Node, e.Addr, e.Meta.ClusterID, e.Local)
+}
+
+// Unwrap makes an another-cluster refusal match ErrOtherCluster.
+func (e *RefusedError) Unwrap() error {
+	if e.Duplicate {
+		return nil
+	}
+	return ErrOtherCluster
 }
 
 // Discovery gossips this node's Meta with memberlist and tracks every member's
@@ -114,6 +160,15 @@ type Discovery struct {
 
 	isShutdown atomic.Bool
 
+	// clusterID is Meta.ClusterID as it is now (SetClusterID), read by the
+	// delegates that refuse members of other clusters.
+	clusterID atomic.Pointer[string]
+	onRefuse  func(*RefusedError)
+	// joinRefusal is the first refusal of another cluster's member seen
+	// while Join runs: Join returns it.
+	joinRefusal atomic.Pointer[RefusedError]
+	joining     atomic.Bool
+
 	// lifeMu serializes Leave and Shutdown: memberlist panics on a Leave
 	// after Shutdown.
 	lifeMu sync.Mutex
@@ -149,7 +204,10 @@ func New(cfg Config) (*Discovery, error) {
 		retention: cfg.TombstoneRetention,
 		changes:   make(chan struct{}, 1),
 		meta:      cfg.Meta,
+		onRefuse:  cfg.OnRefuse,
 	}
+	cid := cfg.Meta.ClusterID
+	d.clusterID.Store(&cid)
 	if d.now == nil {
 		d.now = time.Now
 	}
@@ -194,6 +252,9 @@ func New(cfg Config) (*Discovery, error) {
 	mc.Label = cfg.Label
 	mc.Delegate = (*delegate)(d)
 	mc.Events = (*eventDelegate)(d)
+	mc.Alive = (*aliveDelegate)(d)
+	mc.Merge = (*mergeDelegate)(d)
+	mc.Conflict = (*conflictDelegate)(d)
 	mc.Logger = log.New(logWriter{d.logger}, "", 0)
 	mc.LogOutput = nil
 	if cfg.Tune != nil {
@@ -218,11 +279,58 @@ func (d *Discovery) Join(seeds []string) (int, error) {
 	if len(seeds) == 0 {
 		return 0, errors.New("membership: join: no seeds")
 	}
+	d.joinRefusal.Store(nil)
+	d.joining.Store(true)
 	n, err := d.ml.Join(seeds)
+	d.joining.Store(false)
+	if r := d.joinRefusal.Load(); r != nil {
+		return 0, fmt.Errorf("membership: join %s: %w", strings.Join(seeds, ","), r)
+	}
 	if err != nil {
 		return n, fmt.Errorf("membership: join %s: %w", strings.Join(seeds, ","), err)
 	}
 	return n, nil
+}
+
+// SetClusterID sets this node's Meta.ClusterID (once a node learns the
+// cluster it belongs to) and gossips it, waiting up to timeout for the
+// broadcast. From then on members of other clusters are refused.
+func (d *Discovery) SetClusterID(id string, timeout time.Duration) error {
+	d.lifeMu.Lock()
+	defer d.lifeMu.Unlock()
+	if d.isShutdown.Load() {
+		return ErrShutdown
+	}
+	d.meta.ClusterID = id
+	if err := d.meta.Validate(); err != nil {
+		return err
+	}
+	d.clusterID.Store(&id)
+	buf := encodeMeta(d.meta, d.left)
+	d.localMeta.Store(&buf)
+	return d.ml.UpdateNode(timeout)
+}
+
+// refusesCluster returns the refusal of a member whose metadata buf names
+// another cluster than this node's, nil if it is not refused (either
+// cluster ID unset, or they are equal; metadata that does not decode is
+// left to observe).
+func (d *Discovery) refusesCluster(name, addr string, buf []byte) *RefusedError {
+	local := *d.clusterID.Load()
+	if local == "" {
+		return nil
+	}
+	m, _, err := decodeMeta(buf)
+	if err != nil || m.ClusterID == "" || m.ClusterID == local {
+		return nil
+	}
+	return &RefusedError{Node: name, Addr: addr, Meta: m, Local: local}
+}
+
+func (d *Discovery) refused(r *RefusedError) {
+	if d.onRefuse != nil {
+		d.onRefuse(r)
+	}
 }
 
 // LocalAddr returns the gossip host:port peers reach this node at, for use
@@ -365,6 +473,50 @@ func (g *delegate) NotifyMsg([]byte)                           {}
 func (g *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (g *delegate) LocalState(join bool) []byte                { return nil }
 func (g *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// aliveDelegate implements memberlist.AliveDelegate: alive messages about
+// members of another cluster are dropped.
+type aliveDelegate Discovery
+
+func (g *aliveDelegate) NotifyAlive(n *memberlist.Node) error {
+	d := (*Discovery)(g)
+	if r := d.refusesCluster(n.Name, n.Address(), n.Meta); r != nil {
+		d.refused(r)
+		return r
+	}
+	return nil
+}
+
+// mergeDelegate implements memberlist.MergeDelegate: a push-pull (a join,
+// or anti-entropy) with a node of another cluster is cancelled on both
+// sides.
+type mergeDelegate Discovery
+
+func (g *mergeDelegate) NotifyMerge(peers []*memberlist.Node) error {
+	d := (*Discovery)(g)
+	for _, n := range peers {
+		if r := d.refusesCluster(n.Name, n.Address(), n.Meta); r != nil {
+			if d.joining.Load() {
+				d.joinRefusal.CompareAndSwap(nil, r)
+			}
+			d.refused(r)
+			return r
+		}
+	}
+	return nil
+}
+
+// conflictDelegate implements memberlist.ConflictDelegate: memberlist
+// keeps the node it knew and ignores the other; Discovery reports both.
+type conflictDelegate Discovery
+
+func (g *conflictDelegate) NotifyConflict(existing, other *memberlist.Node) {
+	d := (*Discovery)(g)
+	r := &RefusedError{Duplicate: true, Node: other.Name, Addr: other.Address(), Existing: existing.Address(), Self: existing.Name == d.id}
+	r.Meta, _, _ = decodeMeta(other.Meta)
+	r.ExistingMeta, _, _ = decodeMeta(existing.Meta)
+	d.refused(r)
+}
 
 // eventDelegate implements memberlist.EventDelegate. memberlist reuses the
 // *Node it passes, so observe copies what it keeps.

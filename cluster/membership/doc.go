@@ -32,11 +32,16 @@
 // Lengths are unsigned LEB128 varints, Version a zig-zag varint
 // (encoding/binary). Incarnation was added after the first release in the
 // extension area: metadata that ends after Version has Incarnation 0, and
-// older readers ignore it. A reader rejects another version byte, a length
-// running past the end, a malformed Incarnation, or a Meta that fails
-// Validate (empty ID, a raft address that is not host:port, ...); it
-// ignores bytes after Incarnation, which is where a later revision adds
-// fields without a new version byte. A member whose
+// older readers ignore it. ClusterID followed later, the same way: a
+// uvarint length and the ID's bytes after Incarnation (metadata that ends
+// before it has none). A reader rejects another version byte, a length
+// running past the end, a malformed Incarnation or ClusterID, or a Meta
+// that fails Validate (empty ID, a raft address that is not host:port,
+// ...); it ignores bytes after ClusterID, which is where a later revision
+// adds fields without a new version byte. Discovery refuses a member whose
+// ClusterID is set and differs from its own (set) one: its alive messages
+// are dropped and a push-pull with it is cancelled, on both sides
+// (Config.OnRefuse reports it; Join returns ErrOtherCluster). A member whose
 // metadata is rejected is logged and left out of Members.
 //
 // # Left or failed

@@ -54,6 +54,12 @@ type Meta struct {
 	// larger Incarnation (Input.Departed). Zero means unknown (a node of an
 	// older version): such a member is never held back.
 	Incarnation uint64
+	// ClusterID is the ID of the cluster the node's data directory belongs
+	// to ("" for an empty directory that has not joined one yet, or a node
+	// of an older version). Discovery refuses members whose ClusterID is
+	// set and differs from its own (both set): two clusters never merge,
+	// and a node pointed at the wrong cluster is never taken over.
+	ClusterID string
 }
 
 // Validate reports whether m can be gossiped: required fields set, addresses
@@ -96,7 +102,8 @@ func (m Meta) encodedSize() int {
 		uvarintLen(uint64(len(m.RaftAddr))) + len(m.RaftAddr) +
 		uvarintLen(uint64(len(m.GRPCAddr))) + len(m.GRPCAddr) +
 		varintLen(int64(m.Version)) +
-		uvarintLen(m.Incarnation)
+		uvarintLen(m.Incarnation) +
+		uvarintLen(uint64(len(m.ClusterID))) + len(m.ClusterID)
 }
 
 // encodeMeta returns the wire form of m (doc.go) with the leaving flag as
@@ -116,7 +123,9 @@ func encodeMeta(m Meta, leaving bool) []byte {
 		buf = append(buf, s...)
 	}
 	buf = binary.AppendVarint(buf, int64(m.Version))
-	return binary.AppendUvarint(buf, m.Incarnation)
+	buf = binary.AppendUvarint(buf, m.Incarnation)
+	buf = binary.AppendUvarint(buf, uint64(len(m.ClusterID)))
+	return append(buf, m.ClusterID...)
 }
 
 // decodeMeta parses and validates the wire form of a Meta. Bytes after the
@@ -159,6 +168,17 @@ func decodeMeta(buf []byte) (m Meta, leaving bool, err error) {
 		if inc, k = binary.Uvarint(rest); k <= 0 {
 			return Meta{}, false, fmt.Errorf("%w: bad incarnation", ErrInvalidMeta)
 		}
+		rest = rest[k:]
+	}
+	// ClusterID follows, in the extension area too: metadata that ends
+	// before it has none.
+	var clusterID string
+	if len(rest) > 0 {
+		n, k := binary.Uvarint(rest)
+		if k <= 0 || n > uint64(len(rest)-k) {
+			return Meta{}, false, fmt.Errorf("%w: bad cluster ID", ErrInvalidMeta)
+		}
+		clusterID = string(rest[k : k+int(n)])
 	}
 	m = Meta{
 		ID:          fields[0],
@@ -167,6 +187,7 @@ func decodeMeta(buf []byte) (m Meta, leaving bool, err error) {
 		Version:     int(v),
 		NonVoter:    flags&flagNonVoter != 0,
 		Incarnation: inc,
+		ClusterID:   clusterID,
 	}
 	if err := m.Validate(); err != nil {
 		return Meta{}, false, err

@@ -134,13 +134,23 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "cairn-node %s: serving gRPC on %s (raft %s, gossip %s, data %s%s)\n",
 		cfg.ID, node.GRPCAddr(), node.RaftAddr(), node.GossipAddr(), cfg.DataDir, metricsNote)
-	<-ctx.Done()
-	fmt.Fprintln(stderr, "cairn-node: shutting down (signal again to stop at once)")
+	var failed error
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(stderr, "cairn-node: shutting down (signal again to stop at once)")
+	case failed = <-node.Failed():
+		// Another node holds this ID, or the data directory belongs to
+		// another cluster: stop, saying why (the error is printed by run).
+		fmt.Fprintln(stderr, "cairn-node: stopping: the node cannot go on")
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = node.Shutdown(sctx)
 	if metrics != nil {
 		metrics.close(sctx)
+	}
+	if failed != nil {
+		return failed
 	}
 	return err
 }
