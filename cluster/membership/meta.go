@@ -102,8 +102,14 @@ func (m Meta) encodedSize() int {
 		uvarintLen(uint64(len(m.RaftAddr))) + len(m.RaftAddr) +
 		uvarintLen(uint64(len(m.GRPCAddr))) + len(m.GRPCAddr) +
 		varintLen(int64(m.Version)) +
-		uvarintLen(m.Incarnation) +
-		uvarintLen(uint64(len(m.ClusterID))) + len(m.ClusterID)
+		uvarintLen(m.Incarnation) + clusterIDSize(m.ClusterID)
+}
+
+func clusterIDSize(id string) int {
+	if id == "" {
+		return 0
+	}
+	return uvarintLen(uint64(len(id))) + len(id)
 }
 
 // encodeMeta returns the wire form of m (doc.go) with the leaving flag as
@@ -124,6 +130,9 @@ func encodeMeta(m Meta, leaving bool) []byte {
 	}
 	buf = binary.AppendVarint(buf, int64(m.Version))
 	buf = binary.AppendUvarint(buf, m.Incarnation)
+	if m.ClusterID == "" {
+		return buf // as before ClusterID existed
+	}
 	buf = binary.AppendUvarint(buf, uint64(len(m.ClusterID)))
 	return append(buf, m.ClusterID...)
 }

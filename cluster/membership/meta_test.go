@@ -12,6 +12,7 @@ func TestMetaRoundTrip(t *testing.T) {
 		{ID: "node-ä", RaftAddr: "[::1]:7000", GRPCAddr: "localhost:7379", Version: 3, NonVoter: true},
 		{ID: "x", RaftAddr: "h:1", Version: -1},
 		{ID: "x", RaftAddr: "h:1", Version: 1 << 40},
+		{ID: "n2", RaftAddr: "h:1", Incarnation: 7, ClusterID: "0123456789abcdef0123456789abcdef"},
 	} {
 		for _, leaving := range []bool{false, true} {
 			if err := m.Validate(); err != nil {
@@ -28,9 +29,13 @@ func TestMetaRoundTrip(t *testing.T) {
 			if got != m || gotLeaving != leaving {
 				t.Fatalf("round trip of %+v (leaving %v) gave %+v (leaving %v)", m, leaving, got, gotLeaving)
 			}
-			// Later revisions append fields and set new flag bits: ignored.
+			// Later revisions append fields (after a ClusterID, empty or
+			// not) and set new flag bits: ignored.
 			ext := append([]byte(nil), buf...)
 			ext[1] |= 0xf0
+			if m.ClusterID == "" {
+				ext = append(ext, 0)
+			}
 			ext = append(ext, "future field"...)
 			got, gotLeaving, err = decodeMeta(ext)
 			if err != nil || got != m || gotLeaving != leaving {
@@ -106,6 +111,24 @@ func TestDecodeMetaRejects(t *testing.T) {
 		}
 		if _, _, err := decodeMeta(good[:n]); !errors.Is(err, ErrInvalidMeta) {
 			t.Fatalf("prefix of %d bytes: err %v", n, err)
+		}
+	}
+	// With a cluster ID: every strict prefix is rejected but the two that
+	// end where an older format did.
+	withID := encodeMeta(Meta{ID: "n1", RaftAddr: "127.0.0.1:7000", Incarnation: 1 << 40, ClusterID: "0123456789abcdef0123456789abcdef"}, false)
+	if m, _, err := decodeMeta(withID); err != nil || m.ClusterID != "0123456789abcdef0123456789abcdef" || m.Incarnation != 1<<40 {
+		t.Fatalf("decode with a cluster ID: %+v, %v", m, err)
+	}
+	noID := len(withID) - 1 - 32
+	for n := range len(withID) {
+		if n == noID || n == noID-uvarintLen(1<<40) {
+			if m, _, err := decodeMeta(withID[:n]); err != nil || m.ClusterID != "" {
+				t.Fatalf("prefix of %d bytes (an older format): %+v, %v", n, m, err)
+			}
+			continue
+		}
+		if _, _, err := decodeMeta(withID[:n]); !errors.Is(err, ErrInvalidMeta) {
+			t.Fatalf("prefix of %d bytes of a meta with a cluster ID: err %v", n, err)
 		}
 	}
 	for name, buf := range map[string][]byte{
