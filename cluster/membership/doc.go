@@ -63,17 +63,53 @@
 // Reconcile's doc comment lists the rules. The reasoning behind the less
 // obvious ones:
 //
-//   - Voters stay odd where possible. An even number of voters tolerates no
-//     more failures than the odd number below it and needs a larger quorum,
-//     so a single ready non-voter is not promoted onto an odd voter set; it
-//     waits until a second one is ready and both are promoted. A settled
-//     even set of four or more demotes its least caught-up voter. Two voters
-//     are not demoted to one: that would halve the copies a commit waits for.
-//     A two-node cluster therefore keeps one voter and one non-voter.
-//   - Voters that are gone (left, failed past the grace period) do not count
-//     towards parity or the cap, so a failed voter that MinQuorum keeps in
-//     the configuration is replaced: a ready non-voter is promoted, and the
-//     next round removes the failed voter.
+//   - Voters are made odd by promotion, never by demoting a healthy voter.
+//     With V voters of which H are healthy, the cluster survives
+//     H - (V/2 + 1) more failures (integer division). Promoting a ready
+//     non-voter (V+1, H+1) gains one exactly when V is even, so a single
+//     ready non-voter is not promoted onto an odd number of healthy voters:
+//     it waits, a spare, until a second is ready and both are promoted.
+//     Demoting a healthy voter (V-1, H-1) never gains anything: four voters
+//     survive one failure, as three do. It only churns: in issue [ops2]
+//     item 8(a) four voters were made three by demoting an original,
+//     healthy voter (all were caught up, so the "least caught up" was the
+//     lowest ID); four voters come about when five lose one, and when that
+//     one came back, it and the demoted voter made a pair of ready
+//     non-voters and were promoted again. So a set of healthy voters stays
+//     even until a ready non-voter makes it odd; only the cap (MaxVoters)
+//     demotes healthy voters. raft-autopilot's StablePromoter goes
+//     further: it promotes every stable non-voter and never demotes. A
+//     two-node cluster keeps one voter and one non-voter.
+//   - A lost voter is replaced at once. A voter is lost when raft does not
+//     reach it and either gossip says it is dead, left or unknown, or
+//     raft reached it earlier in the leader's term (it has Progress, now
+//     unhealthy or stale). A lost voter is not healthy, so a ready
+//     non-voter is promoted in its place right away, during the lost
+//     voter's grace period; and since demoting a lost voter (V-1, H) gains
+//     one exactly when V is even, the next round demotes it (three voters,
+//     one lost, and a spare: the spare makes three healthy of four, which
+//     survive no failure, and demoting the lost one makes three of three,
+//     which survive one). In issue [ops2] item 8(b) the cluster ran on two
+//     of three voters for the whole grace period while a caught-up
+//     non-voter waited. The lost server keeps its place as a non-voter: it
+//     is removed when its grace period ends or, back from a restart, it is
+//     the new spare (it does not get its vote back by seniority). This is
+//     what the redundancy zones of Consul and Vault Enterprise autopilot
+//     do (when a zone's voter fails, the zone's non-voter is promoted),
+//     without the zones. Lost voters do not count towards the cap when
+//     promoting, so at the cap the replacement takes the configuration
+//     over it for a round. At most (V-1)/2 lost voters are demoted per
+//     round, as for removals.
+//     Lost is raft's judgement, not gossip's. A voter gossip says is dead
+//     but raft reaches still votes (a UDP-only fault). A voter alive in
+//     gossip that has not answered this leader yet is not lost: a new
+//     leader has no Progress for anyone in its first rounds, and would
+//     otherwise demote a follower of a four-voter cluster at every
+//     election.
+//   - Voters that are gone (left, failed past the grace period) do not
+//     count towards parity or the cap either, so a gone voter that
+//     MinQuorum keeps in the configuration is replaced too: a ready
+//     non-voter is promoted, and the next round removes the gone voter.
 //   - A round either changes suffrage in one direction or not at all:
 //     demoting rounds do not promote, promoting rounds do not demote.
 //     Removals and promotions are judged on the configuration at the start
@@ -136,5 +172,11 @@
 // promoter reads time.Now, and it has no grace period for failed servers or
 // notion of missing ones; testing it needs sleeps or mocks of its internals.
 // The rules above borrow its semantics (stabilization time, min quorum,
-// removal cap) in a pure function instead.
+// removal cap, no promotion and demotion in one round, no demotion of
+// healthy voters but for a cap) in a pure function instead. They differ
+// where autopilot would leave a cluster less fault tolerant or churn it:
+// autopilot promotes every stable non-voter (an even count of voters, and
+// no spare left to replace a failed voter), and its dead-server cleanup
+// (CleanupDeadServers) removes a server as soon as the application reports
+// it failed, with no grace period of its own for a restart.
 package membership

@@ -101,7 +101,10 @@ type Policy struct {
 	// it is promoted.
 	StabilizationTime time.Duration
 	// MaxVoters caps the number of voters; an even cap is rounded down to
-	// the odd number below it. Zero means no cap.
+	// the odd number below it. Zero means no cap. Promotions count only
+	// healthy voters against it (see Reconcile, rules 5 and 6): a ready
+	// non-voter that replaces a lost voter takes the configuration over the
+	// cap until the lost voter is demoted, the next round.
 	MaxVoters int
 	// MaxLastContact is the oldest leader contact a ready server may have;
 	// zero disables the check.
@@ -245,12 +248,18 @@ func (in *Input) heldBack(m Member) bool {
 // serverView is Reconcile's working state for one configured server.
 type serverView struct {
 	raft.Server
-	member    Member
-	hasMember bool
-	progress  ServerProgress
+	member      Member
+	hasMember   bool
+	progress    ServerProgress
+	hasProgress bool // Input.Progress has an entry: raft reached it in this term
 	// gone: the server will not serve again (left, or failed past the
 	// grace period) and is to be removed.
 	gone bool
+	// lost: not Self, not gone, and raft does not reach it, which gossip
+	// confirms (dead, left or unknown) or this leader saw happen (it reached
+	// the server earlier in its term: hasProgress). A lost voter is not a
+	// healthy voter (rule 5) and is the first to be demoted (rule 6).
+	lost bool
 	// goneRank orders removals when not all are allowed: left (0) before
 	// taken over (1, failed and its address claimed) before failed (2).
 	goneRank int
@@ -314,13 +323,22 @@ func (s *serverView) aliveMember() bool {
 //  5. Otherwise non-voters whose member is alive, not leaving, not NonVoter
 //     and verified (if RequireVerified), and that have been ready for
 //     StabilizationTime, are promoted, most caught up first, as many as
-//     keep the count of voters that are not gone at or under the (odd)
-//     voter cap and odd: if that count is odd and one non-voter is ready it
-//     waits for a second.
-//  6. If nothing else happens in a round and every voter is alive, not
-//     leaving and (save Self) not failed, voters beyond the cap, or one voter
-//     when the count is even and at least 4, are demoted (floor permitting;
-//     least caught up first).
+//     keep the count of healthy voters at or under the (odd) voter cap and
+//     odd: if that count is odd and one non-voter is ready it waits for a
+//     second. Healthy voters are those neither gone nor lost. A voter other
+//     than Self is lost if raft does not reach it and either gossip says it
+//     is dead, left or unknown, or it has Progress (raft reached it earlier
+//     in the leader's term) that is unhealthy or stale; a voter alive in
+//     gossip with no Progress is not lost. So a ready non-voter replaces a
+//     lost voter at once, while the lost voter's grace period runs.
+//  6. If nothing else happens in a round (no removal, no promotion), voters
+//     are demoted, floor permitting, while the count of voters that are not
+//     gone exceeds the cap, or one voter if that count is even and four or
+//     more. Lost voters go first, least caught up first, at most (V-1)/2 of
+//     the V voters per round. Healthy voters (never Self) are demoted only
+//     for the cap, and only if every voter is alive, not leaving, not gone
+//     and not lost; least caught up first. A healthy voter is never demoted
+//     to make the count odd.
 func Reconcile(in Input) []Action {
 	p := in.Policy
 	members := indexMembers(in.Members)
@@ -333,7 +351,8 @@ func Reconcile(in Input) []Action {
 		if _, dup := byID[rs.ID]; dup {
 			continue // raft never produces this; keep the first
 		}
-		s := &serverView{Server: rs, progress: in.Progress[rs.ID]}
+		s := &serverView{Server: rs}
+		s.progress, s.hasProgress = in.Progress[rs.ID]
 		s.member, s.hasMember = members[rs.ID]
 		servers = append(servers, s)
 		byID[rs.ID] = s
@@ -375,6 +394,18 @@ func Reconcile(in Input) []Action {
 
 	// Decide in ID order from here on, whatever the configuration's order.
 	slices.SortFunc(servers, func(a, b *serverView) int { return strings.Compare(string(a.ID), string(b.ID)) })
+
+	// Lost servers: raft does not reach them, and either gossip agrees or
+	// raft reached them earlier in this term. A server alive in gossip that
+	// has not answered this leader yet (a new leader's first rounds) is not
+	// lost: nothing is known against it.
+	for _, s := range servers {
+		if s.ID == in.Self || s.gone || p.reachable(in.Now, s.progress) {
+			continue
+		}
+		downInGossip := !s.hasMember || s.member.State == StateDead || s.member.State == StateLeft
+		s.lost = downInGossip || s.hasProgress
+	}
 
 	// Alive (and, if required, verified) members that need a configuration
 	// entry or a new address. An address held by another server blocks them
@@ -498,15 +529,19 @@ func Reconcile(in Input) []Action {
 	}
 
 	// Promotions.
-	live := 0 // voters that are not gone
+	live := 0    // voters that are not gone
+	healthy := 0 // voters that are neither gone nor lost
 	settled := true
 	var candidates []*serverView
 	for _, s := range servers {
 		if s.voter() {
 			if !s.gone {
 				live++
+				if !s.lost {
+					healthy++
+				}
 			}
-			if s.ID != in.Self && (!s.aliveMember() || s.gone) {
+			if s.ID != in.Self && (!s.aliveMember() || s.gone || s.lost) {
 				settled = false
 			}
 			continue
@@ -526,20 +561,22 @@ func Reconcile(in Input) []Action {
 	maxVoters := p.maxVotersOdd()
 	k := len(candidates)
 	if maxVoters >= 0 {
-		k = max(0, min(k, maxVoters-live))
+		k = max(0, min(k, maxVoters-healthy))
 	}
-	if k > 0 && (live+k)%2 == 0 {
+	if k > 0 && (healthy+k)%2 == 0 {
 		k--
 	}
 	for _, s := range candidates[:k] {
 		actions = append(actions, Action{Kind: PromoteVoter, ID: s.ID, Addr: s.Address, Reason: fmt.Sprintf(
 			"caught up (last index %d of %d) and ready for %s", s.progress.LastIndex, in.LeaderLastIndex, in.Now.Sub(s.progress.StableSince))})
 	}
-	if k > 0 || removals > 0 || !settled {
+	if k > 0 || removals > 0 {
 		return sortActions(actions)
 	}
 
-	// Shrink a settled voter set to the cap, or to odd.
+	// Shrink to the cap, or to odd, demoting lost voters first. Healthy
+	// voters are demoted only for the cap, and only once every voter is
+	// settled; never for parity, which would buy no fault tolerance.
 	excess, why := 0, ""
 	switch {
 	case maxVoters >= 0 && live > maxVoters:
@@ -550,29 +587,33 @@ func Reconcile(in Input) []Action {
 	if excess == 0 {
 		return sortActions(actions)
 	}
+	// The victims are lost voters or, for the cap and only once settled
+	// (so none is lost), healthy ones.
 	var victims []*serverView
 	for _, s := range servers {
-		if s.voter() && s.ID != in.Self && !s.touched {
+		if !s.voter() || s.ID == in.Self || s.touched || s.gone {
+			continue
+		}
+		if s.lost || (settled && maxVoters >= 0 && live > maxVoters) {
 			victims = append(victims, s)
 		}
 	}
 	slices.SortFunc(victims, func(a, b *serverView) int {
-		ra, rb := p.reachable(in.Now, a.progress), p.reachable(in.Now, b.progress)
-		if ra != rb {
-			if ra {
-				return 1
-			}
-			return -1
-		}
 		return cmp.Or(cmp.Compare(a.progress.LastIndex, b.progress.LastIndex), strings.Compare(string(a.ID), string(b.ID)))
 	})
+	lostDemotions := 0
 	for _, s := range victims {
-		if excess == 0 || v-1 < p.MinQuorum {
+		if excess == 0 || v-1 < p.MinQuorum || (s.lost && lostDemotions >= maxVoterRemovals) {
 			break
+		}
+		reason := why
+		if s.lost {
+			lostDemotions++
+			reason += ", and raft does not reach this one"
 		}
 		excess--
 		v--
-		actions = append(actions, Action{Kind: DemoteVoter, ID: s.ID, Addr: s.Address, Reason: why})
+		actions = append(actions, Action{Kind: DemoteVoter, ID: s.ID, Addr: s.Address, Reason: reason})
 	}
 	return sortActions(actions)
 }

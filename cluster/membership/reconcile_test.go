@@ -511,7 +511,22 @@ func checkActions(in Input, actions []Action) error {
 	cfg := in.Config
 	v0 := countVoters(cfg)
 	floor := min(v0, in.Policy.MinQuorum)
-	removedVoters := 0
+	removedVoters, lostDemotions := 0, 0
+	// lost: raft does not reach it, and gossip agrees or the leader reached
+	// it earlier in the term (it has progress). Gone voters are lost too.
+	lost := func(id raft.ServerID) bool {
+		m, ok := members[id]
+		_, hasProgress := in.Progress[id]
+		return id != in.Self && !in.Policy.reachable(in.Now, in.Progress[id]) &&
+			(!ok || m.State == StateDead || m.State == StateLeft || hasProgress)
+	}
+	anyLostVoter := false
+	for _, s := range cfg.Servers {
+		if s.Suffrage == raft.Voter && lost(s.ID) {
+			anyLostVoter = true
+		}
+	}
+	maxVoters := in.Policy.maxVotersOdd()
 	for _, a := range actions {
 		var err error
 		wasVoter := false
@@ -567,6 +582,17 @@ func checkActions(in Input, actions []Action) error {
 			if !hasMember || m.State != StateAlive || m.Leaving || raft.ServerAddress(m.RaftAddr) != a.Addr {
 				return fmt.Errorf("add/update not matching an alive member: %v %+v", a, m)
 			}
+		case DemoteVoter:
+			// A healthy voter is demoted only if it asks to be, or for the
+			// cap once no voter is lost; never to make the count odd.
+			switch {
+			case hasMember && m.State == StateAlive && !m.Leaving && m.NonVoter:
+			case lost(a.ID):
+				lostDemotions++
+			case maxVoters >= 0 && v0 > maxVoters && !anyLostVoter:
+			default:
+				return fmt.Errorf("unjustified demotion %v (member %v %+v, progress %+v, %d voters)", a, hasMember, m, pr, v0)
+			}
 		}
 	}
 	// Adds of members that do not ask to stay non-voters fit under the cap
@@ -587,20 +613,20 @@ func checkActions(in Input, actions []Action) error {
 			return fmt.Errorf("%d adds onto %d pending non-voters exceed the cap of %d", adds, pending, limit)
 		}
 	}
-	if maxRemovals := max(0, (v0-1)/2); removedVoters > maxRemovals {
-		return fmt.Errorf("removed %d of %d voters in one round", removedVoters, v0)
+	if maxRemovals := max(0, (v0-1)/2); removedVoters > maxRemovals || lostDemotions > maxRemovals {
+		return fmt.Errorf("removed %d and demoted %d lost of %d voters in one round", removedVoters, lostDemotions, v0)
 	}
-	if k := countVoters(cfg); kinds[PromoteVoter] > 0 && k%2 == 0 {
-		// Promotions aim at an odd count of voters that are not gone; with
-		// no gone voters in the configuration, the count itself is odd.
-		gone := 0
+	if kinds[PromoteVoter] > 0 {
+		// Promotions aim at an odd number of healthy voters, within the
+		// cap; lost and gone voters do not count.
+		healthy := 0
 		for _, s := range cfg.Servers {
-			if m, ok := members[s.ID]; s.Suffrage == raft.Voter && s.ID != in.Self && (!ok || m.State == StateDead || m.State == StateLeft) {
-				gone++
+			if s.Suffrage == raft.Voter && !lost(s.ID) {
+				healthy++
 			}
 		}
-		if gone == 0 {
-			return fmt.Errorf("promotions leave an even number (%d) of voters", k)
+		if healthy%2 == 0 || (maxVoters >= 0 && healthy > maxVoters) {
+			return fmt.Errorf("promotions leave %d healthy voters (cap %d)", healthy, maxVoters)
 		}
 	}
 	return nil
@@ -617,8 +643,12 @@ func testSeed(t *testing.T) uint64 {
 
 // TestReconcileProperties checks Reconcile's invariants on random inputs:
 // sorted, at most one action per server, never on Self, every action valid
-// where applied, voters never below min(MinQuorum, current), removals and
-// promotions justified (an address claim never justifies a removal), adds,
+// where applied, voters never below min(MinQuorum, current), removals,
+// promotions and demotions justified (an address claim never justifies a
+// removal; a healthy voter is demoted only when it asks to be or for the
+// cap, never for parity), at most (V-1)/2 voters removed and at most as
+// many lost voters demoted per round, promotions leaving an odd number of
+// healthy voters within the cap, adds,
 // address updates and promotions only of verified members when
 // RequireVerified, adds within the cap on pending non-voters, and the
 // output independent of input order. With RequireVerified, the output must
@@ -693,18 +723,22 @@ func TestReconcileConverges(t *testing.T) {
 // Tracker.Prepare, Reconcile, then the actions applied to the
 // configuration, which carries over. Between rounds a test edits members
 // (the gossip view) and reachable (the servers raft reaches, healthy and
-// caught up, at each round's time).
+// caught up, at each round's time). A server raft reached in an earlier
+// round and no longer does keeps its last contact, unhealthy, as the
+// leader's own replication view does (package cluster, collectProgress).
 type scenario struct {
-	t         *testing.T
-	in        Input
-	tracker   *Tracker
-	members   map[string]Member
-	reachable map[raft.ServerID]bool
-	last      Input // the last round's input, prepared
+	t           *testing.T
+	in          Input
+	tracker     *Tracker
+	members     map[string]Member
+	reachable   map[raft.ServerID]bool
+	lastContact map[raft.ServerID]time.Time
+	last        Input // the last round's input, prepared
 }
 
 func newScenario(t *testing.T, pol Policy, voterIDs ...string) *scenario {
-	sc := &scenario{t: t, tracker: NewTracker(), members: map[string]Member{}, reachable: map[raft.ServerID]bool{}}
+	sc := &scenario{t: t, tracker: NewTracker(), members: map[string]Member{}, reachable: map[raft.ServerID]bool{},
+		lastContact: map[raft.ServerID]time.Time{}}
 	sc.in = Input{Self: raft.ServerID(voterIDs[0]), Config: voters(voterIDs...), LeaderLastIndex: 1000, Policy: pol}
 	for _, id := range voterIDs {
 		sc.member(id, StateAlive, 0, "")
@@ -734,8 +768,11 @@ func (sc *scenario) round(now time.Duration) []string {
 	in.Progress = map[raft.ServerID]ServerProgress{}
 	for id, ok := range sc.reachable {
 		if ok {
-			in.Progress[id] = ServerProgress{LastIndex: in.LeaderLastIndex, LastContact: in.Now, Healthy: true}
+			sc.lastContact[id] = in.Now
 		}
+	}
+	for id, at := range sc.lastContact {
+		in.Progress[id] = ServerProgress{LastIndex: in.LeaderLastIndex, LastContact: at, Healthy: sc.reachable[id]}
 	}
 	sc.tracker.Prepare(&in)
 	sc.last = in
@@ -869,4 +906,89 @@ func TestReconcilePendingCap(t *testing.T) {
 	if n := pendingNonVoters(sc.last, sc.in.Config); n != 3 {
 		t.Fatalf("%d pending non-voters, want 3:\n%s", n, formatConfig(sc.in.Config))
 	}
+}
+
+// TestReconcileReplacesFailedVoter follows a killed voter of a three-voter
+// cluster with a ready non-voter (issue [ops2] item 8). The non-voter is
+// promoted as soon as raft loses the voter, and the failed voter demoted
+// the next round, so the cluster tolerates a failure again within two
+// rounds instead of running on two of three voters for the whole grace
+// period; the failed server is removed after the grace period, or is the
+// new spare if it returns. No healthy voter is ever demoted.
+func TestReconcileReplacesFailedVoter(t *testing.T) {
+	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
+	// setup returns a cluster n1-n3 with n4 added and ready, at 20s.
+	setup := func(t *testing.T) *scenario {
+		sc := newScenario(t, DefaultPolicy(), "n1", "n2", "n3") // grace 1m, stabilization 10s
+		sc.member("n4", StateAlive, sec(1), "")
+		sc.reachable["n4"] = true
+		sc.expect(sec(1), "add-nonvoter n4")
+		sc.quiet(sec(2), sec(20)) // one spare onto three voters: it waits
+		return sc
+	}
+	want := func(t *testing.T, sc *scenario, cfg string) {
+		t.Helper()
+		if got := strings.TrimSpace(formatConfig(sc.in.Config)); got != cfg {
+			t.Fatalf("configuration:\n%s\nwant:\n%s", got, cfg)
+		}
+	}
+
+	t.Run("killed", func(t *testing.T) {
+		sc := setup(t)
+		// Raft loses n3 first (two heartbeat timeouts); gossip declares it
+		// dead a few seconds later.
+		sc.reachable["n3"] = false
+		sc.expect(sec(20), "promote-voter n4")
+		sc.expect(sec(21), "demote-voter n3")
+		sc.member("n3", StateDead, sec(24), "")
+		sc.quiet(sec(22), sec(84))
+		sc.expect(sec(84), "remove-server n3") // its grace period is over
+		sc.quiet(sec(85), sec(300))
+		want(t, sc, "n1 voter n1:7000\n  n2 voter n2:7000\n  n4 voter n4:7000")
+	})
+
+	t.Run("returns within the grace period", func(t *testing.T) {
+		sc := setup(t)
+		sc.reachable["n3"] = false
+		sc.member("n3", StateDead, sec(20), "")
+		sc.expect(sec(20), "promote-voter n4")
+		sc.expect(sec(21), "demote-voter n3")
+		sc.quiet(sec(22), sec(40))
+		// Back from a restart: n3 is the spare now, and waits as n4 did.
+		sc.member("n3", StateAlive, sec(40), "")
+		sc.reachable["n3"] = true
+		sc.quiet(sec(40), sec(300))
+		want(t, sc, "n1 voter n1:7000\n  n2 voter n2:7000\n  n3 nonvoter n3:7000\n  n4 voter n4:7000")
+	})
+
+	t.Run("returns before its demotion", func(t *testing.T) {
+		sc := setup(t)
+		sc.reachable["n3"] = false
+		sc.expect(sec(20), "promote-voter n4")
+		sc.reachable["n3"] = true
+		// Four healthy voters: none is demoted to make the count odd (that
+		// used to demote n2, an original voter, the lowest ID of the
+		// caught-up ones).
+		sc.quiet(sec(21), sec(100))
+		want(t, sc, "n1 voter n1:7000\n  n2 voter n2:7000\n  n3 voter n3:7000\n  n4 voter n4:7000")
+		// A fifth member joins and, ready, is promoted alone: five.
+		sc.member("n5", StateAlive, sec(100), "")
+		sc.reachable["n5"] = true
+		sc.expect(sec(100), "add-nonvoter n5")
+		sc.quiet(sec(101), sec(110))
+		sc.expect(sec(110), "promote-voter n5")
+		sc.quiet(sec(111), sec(200))
+	})
+
+	t.Run("no spare", func(t *testing.T) {
+		// Without a ready non-voter the failed voter keeps its vote: three
+		// voters, one failed, is odd, and demoting it would gain nothing
+		// (and MinQuorum 3 forbids it).
+		sc := newScenario(t, DefaultPolicy(), "n1", "n2", "n3")
+		sc.quiet(0, sec(5))
+		sc.reachable["n3"] = false
+		sc.member("n3", StateDead, sec(6), "")
+		sc.quiet(sec(5), sec(300))
+		want(t, sc, "n1 voter n1:7000\n  n2 voter n2:7000\n  n3 voter n3:7000")
+	})
 }
