@@ -142,31 +142,82 @@ type MemberStatus struct {
 	// Status is the member's answer to Cluster.Status; nil if Err.
 	Status *cairnpb.StatusResponse
 	Err    error
+	// SampledAt is when this node had the Status: for another member, when
+	// its answer arrived (the member read its indexes between the question
+	// and then); for this node, when it read its own, after every other
+	// answer arrived. Zero if Err. Each member reports its own indexes at
+	// its own moment, so a follower sampled after the leader may show a
+	// commit index above the leader's.
+	SampledAt time.Time
+	// Replication is this node's own record of the member's replication,
+	// set when this node leads and its raft has had an answer from the
+	// member in the current term (nil otherwise, and on this node's own
+	// entry). Unlike Status it is the leader's to vouch for, and it is read
+	// for every member at one moment.
+	Replication *Replication
 }
 
-// MemberStatuses asks every member for its Status (this node answers
-// locally, the others over gRPC, all at once, each bounded by ctx), in the
-// order of Members.
+// Replication is what a leader's raft saw of one follower in its term, from
+// the follower's answers to its AppendEntries and InstallSnapshot calls
+// (replprogress.go).
+type Replication struct {
+	Term uint64
+	// MatchIndex is the highest log index the follower acknowledged
+	// holding in Term (0: it has answered only heartbeats so far).
+	MatchIndex uint64
+	// Since is how long before this view was read the follower last
+	// answered an AppendEntries of Term (heartbeats included).
+	Since time.Duration
+}
+
+// MemberStatuses asks every member for its Status (the others over gRPC,
+// all at once, each bounded by ctx), in the order of Members. This node
+// reads its own Status last, once every other answer arrived, and, if it
+// leads, its record of every follower's replication just before: a
+// leader's commit index is then at or above the commit index each
+// follower reported in this term (a follower's comes from the leader's),
+// unless the leader has not yet committed an entry of its term.
 func (n *Node) MemberStatuses(ctx context.Context) ([]MemberStatus, error) {
 	mr, err := n.Members(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]MemberStatus, len(mr.GetMembers()))
+	self := -1
 	var wg sync.WaitGroup
 	for i, m := range mr.GetMembers() {
 		out[i].Member = m
 		if m.GetId() == n.cfg.ID {
-			out[i].Status = n.Status()
+			self = i
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			out[i].Status, out[i].Err = n.peerStatus(ctx, m.GetId(), m.GetGrpcAddr())
+			if out[i].Err == nil {
+				out[i].SampledAt = time.Now()
+			}
 		}()
 	}
 	wg.Wait()
+	if n.raft.State() == raft.Leader {
+		term, now := n.raft.CurrentTerm(), n.cfg.Now()
+		for i := range out {
+			if i == self {
+				continue
+			}
+			p := n.repl.get(raft.ServerID(out[i].Member.GetId()), term)
+			if p.contact.IsZero() {
+				continue
+			}
+			out[i].Replication = &Replication{Term: term, MatchIndex: p.match, Since: max(now.Sub(p.contact), 0)}
+		}
+	}
+	if self >= 0 {
+		out[self].Status = n.Status()
+		out[self].SampledAt = time.Now()
+	}
 	return out, nil
 }
 

@@ -208,7 +208,7 @@ type raftCollector struct {
 func newRaftCollector(n Node) *raftCollector {
 	return &raftCollector{
 		node:          n,
-		state:         gauge("cairn_raft_state", "1 for the node's raft state (leader, follower, candidate, shutdown), 0 for the others.", "state"),
+		state:         gauge("cairn_raft_state", "1 for the node's raft state (leader, follower, candidate, shutdown), 0 for the others. (cairn_raft_state_transitions_total counts entries into a state.)", "state"),
 		term:          gauge("cairn_raft_term", "The node's raft term."),
 		commit:        gauge("cairn_raft_commit_index", "Raft commit index (until a restarted follower hears from the leader: its applied index, a lower bound)."),
 		applied:       gauge("cairn_raft_applied_index", "Index of the last log entry the state machine applied."),

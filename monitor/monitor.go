@@ -50,6 +50,16 @@ var engineJobBuckets = prometheus.ExponentialBuckets(0.001, 4, 10)
 // collectors, the gRPC server metrics and the bridge of raft's and
 // memberlist's go-metrics.
 func New(opts Options) (*Monitor, error) {
+	sink, err := goMetricsSink()
+	if err != nil {
+		return nil, fmt.Errorf("monitor: go-metrics Prometheus sink: %w", err)
+	}
+	return newMonitor(opts, sink)
+}
+
+// newMonitor returns a monitor that collects the go-metrics bridged by
+// goMetrics (tests give one of their own).
+func newMonitor(opts Options, goMetrics prometheus.Collector) (*Monitor, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -74,15 +84,11 @@ func New(opts Options) (*Monitor, error) {
 			Buckets: engineJobBuckets,
 		}, []string{"output_level"}),
 	}
-	sink, err := goMetricsSink()
-	if err != nil {
-		return nil, fmt.Errorf("monitor: go-metrics Prometheus sink: %w", err)
-	}
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.grpc,
-		sink,
+		goMetrics,
 		m.flushSeconds,
 		m.compactionSeconds,
 	} {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -191,13 +192,21 @@ func httpGet(t *testing.T, url string) (int, string) {
 }
 
 // scrape returns the samples of a /metrics page by series (name and
-// labels as printed).
+// labels as printed). A NaN sample fails the test: nothing cairn exports
+// is NaN.
 func scrape(t *testing.T, url string) map[string]float64 {
 	t.Helper()
 	code, body := httpGet(t, url+"/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d %s", code, body)
 	}
+	return parseSamples(t, body)
+}
+
+// parseSamples parses a /metrics page in the text format into its samples
+// by series, failing the test on a NaN sample.
+func parseSamples(t *testing.T, body string) map[string]float64 {
+	t.Helper()
 	samples := map[string]float64{}
 	for _, line := range strings.Split(body, "\n") {
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -207,6 +216,9 @@ func scrape(t *testing.T, url string) map[string]float64 {
 		v, err := strconv.ParseFloat(line[i+1:], 64)
 		if err != nil {
 			t.Fatalf("bad sample line %q", line)
+		}
+		if math.IsNaN(v) {
+			t.Errorf("NaN sample: %s", line)
 		}
 		samples[line[:i]] = v
 	}
@@ -262,8 +274,9 @@ func TestMetricsScrape(t *testing.T) {
 		"cairn_raft_last_leader_contact_seconds", "cairn_raft_leader_changes_total", "cairn_raft_has_leader",
 		"cairn_node_ready", "cairn_members", "cairn_raft_servers", "cairn_fsm_duplicate_requests_total",
 		"cairn_raft_snapshot_bytes",
-		// raft's go-metrics, bridged
-		"cairn_raft_commitTime", "cairn_raft_fsm_applyBatchNum",
+		// raft's go-metrics, bridged (a summary idle for its window has
+		// no quantiles, but a count and a sum)
+		"cairn_raft_commitTime_count", "cairn_raft_fsm_applyBatchNum_count", "cairn_raft_state_transitions_total",
 		// gRPC server interceptors
 		"cairn_grpc_server_handled_total", "cairn_grpc_server_handling_seconds_bucket",
 		// runtime and process
@@ -275,6 +288,19 @@ func TestMetricsScrape(t *testing.T) {
 	}
 	if v := before[`cairn_raft_state{state="leader"}`]; v != 1 {
 		t.Errorf(`cairn_raft_state{state="leader"} = %v on the leader`, v)
+	}
+	// raft's counts of entries into a state are not the state: a new
+	// leader entered follower, candidate and leader once each.
+	if v := before[`cairn_raft_state_transitions_total{to="leader"}`]; v < 1 {
+		t.Errorf(`cairn_raft_state_transitions_total{to="leader"} = %v on the leader`, v)
+	}
+	for i, u := range urls {
+		names := metricNames(scrape(t, u))
+		for _, name := range []string{"cairn_raft_state_leader", "cairn_raft_state_follower", "cairn_raft_state_candidate"} {
+			if names[name] {
+				t.Errorf("%s exports %s, a transition counter that reads as the state", nodes[i].ID(), name)
+			}
+		}
 	}
 	if v := sum(before, "cairn_members", `status="alive"`, `suffrage="voter"`); v != 3 {
 		t.Errorf("alive voters = %v, want 3", v)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
+	"github.com/cairnkv/cairn/cluster"
 )
 
 // statusTimeout bounds the status page's questions to the members.
@@ -29,6 +30,17 @@ var statusTemplate = template.Must(template.New("status").Parse(statusHTML))
 // member's raft state and engine shape (asked over Cluster.Status), the
 // leader, and the leader changes this node saw. Server-rendered; the page
 // refreshes itself with a meta tag, so it needs no JavaScript.
+//
+// Each member's term and indexes are its own, read when it answered, and
+// the answers arrive at different moments while the log moves on: a
+// follower that answered after the leader may show a commit index above
+// the leader's. So each row says when its answer arrived ("sampled", after
+// the page's questions went out); the serving node reads its own Status
+// last (on the leader's page the leader's commit index is then at or
+// above every follower's of its term); a commit index above the leader's
+// is marked and explained; and the leader's page adds its own record of
+// each follower's acknowledged index ("match"), read at one moment for
+// all (cluster.MemberStatus.Replication).
 type statusPage struct {
 	node Node
 	log  *slog.Logger
@@ -41,20 +53,35 @@ type pageData struct {
 	RefreshSeconds int
 	Err            string
 	Members        []memberRow
-	LeaderChanges  int
-	Recent         []changeRow
+	// LeaderView: this node leads, and the rows show its record of each
+	// follower's match index.
+	LeaderView bool
+	// CommitAhead: some row's commit index is above the leader's.
+	CommitAhead   bool
+	LeaderChanges int
+	Recent        []changeRow
 }
 
 type memberRow struct {
 	ID, Suffrage, Gossip, State string
 	IsLeader, IsSelf            bool
 	Term, Commit, Applied       uint64
-	LastContact                 string
-	CacheHitRatio               string
-	BlobCacheHitRatio           string
-	WriteAmp                    string
-	Err                         string
-	Levels                      []levelRow
+	// Sampled is when the member's answer arrived, after the page's
+	// questions went out ("1.2ms"; the page shows "+1.2ms").
+	Sampled string
+	// Match is the leader's record of the highest index the member
+	// acknowledged (LeaderView only), MatchAge how long ago the member
+	// last answered the leader.
+	Match, MatchAge string
+	// CommitAhead: the member's commit index is above the leader's, as
+	// each was sampled.
+	CommitAhead       bool
+	LastContact       string
+	CacheHitRatio     string
+	BlobCacheHitRatio string
+	WriteAmp          string
+	Err               string
+	Levels            []levelRow
 }
 
 type levelRow struct {
@@ -86,7 +113,8 @@ func (p *statusPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *statusPage) data(ctx context.Context) *pageData {
-	d := &pageData{Self: p.node.ID(), Now: time.Now().UTC().Format(time.RFC3339), RefreshSeconds: refreshSeconds}
+	start := time.Now()
+	d := &pageData{Self: p.node.ID(), Now: start.UTC().Format("2006-01-02 15:04:05.000 MST"), RefreshSeconds: refreshSeconds}
 	if st := p.node.Status(); st != nil {
 		d.Leader = st.GetLeaderId()
 	}
@@ -110,7 +138,9 @@ func (p *statusPage) data(ctx context.Context) *pageData {
 			maxLevel = max(maxLevel, l.GetSizeBytes())
 		}
 	}
-	for _, ms := range statuses {
+	leader := leaderStatus(statuses)
+	d.LeaderView = leader != nil && leader.Member.GetId() == d.Self
+	for i, ms := range statuses {
 		m := ms.Member
 		row := memberRow{
 			ID:       m.GetId(),
@@ -127,6 +157,20 @@ func (p *statusPage) data(ctx context.Context) *pageData {
 		st := ms.Status
 		row.State = stateName(st.GetState())
 		row.Term, row.Commit, row.Applied = st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex()
+		row.Sampled = sinceText(ms.SampledAt.Sub(start))
+		if leader != nil && &statuses[i] != leader && st.GetCommitIndex() > leader.Status.GetCommitIndex() {
+			row.CommitAhead, d.CommitAhead = true, true
+		}
+		if d.LeaderView {
+			switch r := ms.Replication; {
+			case m.GetId() == d.Self:
+				row.Match = "-"
+			case r == nil:
+				row.Match = "no answer this term"
+			default:
+				row.Match, row.MatchAge = fmt.Sprint(r.MatchIndex), r.Since.Round(time.Millisecond).String()
+			}
+		}
 		switch c := st.GetLastLeaderContactMs(); {
 		case st.GetState() == cairnpb.RaftState_LEADER:
 			row.LastContact = "-"
@@ -149,6 +193,25 @@ func (p *statusPage) data(ctx context.Context) *pageData {
 		d.Members = append(d.Members, row)
 	}
 	return d
+}
+
+// leaderStatus returns the status of the member that answered as leader
+// in the highest term, nil if none did.
+func leaderStatus(statuses []cluster.MemberStatus) *cluster.MemberStatus {
+	var l *cluster.MemberStatus
+	for i := range statuses {
+		st := statuses[i].Status
+		if statuses[i].Err == nil && st.GetState() == cairnpb.RaftState_LEADER && (l == nil || st.GetTerm() > l.Status.GetTerm()) {
+			l = &statuses[i]
+		}
+	}
+	return l
+}
+
+// sinceText formats when an answer arrived after the questions went out,
+// in milliseconds.
+func sinceText(d time.Duration) string {
+	return fmt.Sprintf("%.1fms", float64(max(d, 0))/float64(time.Millisecond))
 }
 
 func stateName(s cairnpb.RaftState) string {

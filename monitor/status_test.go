@@ -3,14 +3,20 @@ package monitor
 import (
 	"context"
 	"flag"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cairnkv/cairn/api/cairnpb"
+	"github.com/cairnkv/cairn/cluster"
 )
 
 var screenshotOut = flag.String("screenshot-out", "", "also save the status page's screenshot here (docs/status-page.png)")
@@ -85,6 +91,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if !strings.Contains(dom, "<th>blob cache hits</th>") {
 		t.Error("the members table has no blob cache column")
 	}
+	if got := regexp.MustCompile(`<td class="num sampled">\+[0-9.]+ms</td>`).FindAllString(dom, -1); len(got) != len(nodes) || !strings.Contains(dom, `id="sampling"`) {
+		t.Errorf("%d rows say when they were sampled, want %d (and the note)", len(got), len(nodes))
+	}
 	if !strings.Contains(dom, `<table id="leader-changes">`) || !strings.Contains(dom, "<td>"+leader+"</td>") {
 		t.Errorf("the leader changes table does not name the leader %s", leader)
 	}
@@ -114,5 +123,78 @@ func TestHitRatio(t *testing.T) {
 		if got := hitRatio(c.hits, c.misses); got != c.want {
 			t.Errorf("hitRatio(%d, %d) = %q, want %q", c.hits, c.misses, got, c.want)
 		}
+	}
+}
+
+// TestStatusPageSampling renders the page for members sampled at different
+// moments, one follower's commit index above the leader's: every row says
+// when it was sampled, the higher commit index is marked and explained,
+// and the leader's page shows its own record of each follower's match
+// index (a follower's page says where to find it).
+func TestStatusPageSampling(t *testing.T) {
+	member := func(id string, leader bool) *cairnpb.Member {
+		return &cairnpb.Member{Id: id, Suffrage: cairnpb.Suffrage_VOTER, Status: cairnpb.MemberStatus_ALIVE, Leader: leader}
+	}
+	status := func(id string, state cairnpb.RaftState, commit uint64) *cairnpb.StatusResponse {
+		return &cairnpb.StatusResponse{NodeId: id, State: state, LeaderId: "n1", Term: 4, CommitIndex: commit, AppliedIndex: commit, LastLogIndex: commit + 2}
+	}
+	statuses := []cluster.MemberStatus{
+		{Member: member("n1", true), Status: status("n1", cairnpb.RaftState_LEADER, 100)},
+		{Member: member("n2", false), Status: status("n2", cairnpb.RaftState_FOLLOWER, 103),
+			Replication: &cluster.Replication{Term: 4, MatchIndex: 105, Since: 12 * time.Millisecond}},
+		{Member: member("n3", false), Status: status("n3", cairnpb.RaftState_FOLLOWER, 99)},
+	}
+	sampled := []time.Duration{time.Millisecond, 30 * time.Millisecond, 2 * time.Millisecond}
+	page := func(self string) string {
+		t.Helper()
+		n := &fakeNode{id: self, status: status(self, cairnpb.RaftState_FOLLOWER, 0), statuses: statuses, sampled: sampled}
+		rec := httptest.NewRecorder()
+		(&statusPage{node: n, log: slog.New(slog.DiscardHandler)}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%s's page: %d %s", self, rec.Code, rec.Body)
+		}
+		return rec.Body.String()
+	}
+	sampledMs := func(body, id string) float64 {
+		t.Helper()
+		m := regexp.MustCompile(`data-id="` + id + `">(?s:.*?)<td class="num sampled">\+([0-9.]+)ms</td>`).FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("%s's row has no sampling time:\n%s", id, body)
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		return v
+	}
+
+	leaderPage := page("n1")
+	if a, b, c := sampledMs(leaderPage, "n1"), sampledMs(leaderPage, "n2"), sampledMs(leaderPage, "n3"); !(a < c && c < b) || a < 1 || b < 30 {
+		t.Errorf("sampled n1 +%vms, n2 +%vms, n3 +%vms; want about +1, +30, +2", a, b, c)
+	}
+	for _, re := range []string{
+		`<th>sampled</th>`,
+		`<th>match \(leader's view\)</th>`,
+		`data-id="n2">(?s:.*?)<td class="num ahead">103 †</td>`,
+		`data-id="n2">(?s:.*?)<td class="num match">105 <span class="muted">\(12ms ago\)</span></td>`,
+		`data-id="n3">(?s:.*?)<td class="num">99</td>(?s:.*?)<td class="num match">no answer this term</td>`,
+		`data-id="n1">(?s:.*?)<td class="num">100</td>(?s:.*?)<td class="num match">-</td>`,
+		`<p class="muted note ahead" id="commit-ahead">† A commit index above the leader's`,
+		`<i>match</i> is this leader's own record`,
+	} {
+		if !regexp.MustCompile(re).MatchString(leaderPage) {
+			t.Errorf("the leader's page lacks %s", re)
+		}
+	}
+	if strings.Count(leaderPage, "†") != 2 {
+		t.Errorf("want one commit index marked (and its note):\n%s", leaderPage)
+	}
+
+	followerPage := page("n3")
+	if strings.Contains(followerPage, "match (leader's view)") || !strings.Contains(followerPage, "The leader's page also shows its own record") {
+		t.Errorf("a follower's page: want no match column, and where to find it")
+	}
+	if !strings.Contains(followerPage, `id="commit-ahead"`) || sampledMs(followerPage, "n2") < 30 {
+		t.Errorf("a follower's page: want the sampling times and the commit index above the leader's explained")
+	}
+	if t.Failed() {
+		t.Logf("leader's page:\n%s", leaderPage)
 	}
 }

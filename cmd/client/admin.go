@@ -25,6 +25,9 @@ type nodeStatus struct {
 	gossip string
 	st     *client.Status
 	err    error
+	// sampled is when its Status arrived, after the questions went out
+	// together: the node read its indexes at some moment before then.
+	sampled time.Duration
 }
 
 // statusNodeTimeout bounds each node's Status in `cairn status` (and
@@ -50,7 +53,13 @@ refuses the credentials (--token, --cert) as refused, one whose TLS
 handshake fails (a certificate that does not verify) as tls error, with the
 reason below the table. The command fails (exit 1) only if no node answers. A commit index shown as >=N is a lower bound: the
 node has not heard from a leader since it started, and N is its applied
-index.`,
+index.
+
+Each node reports its own term and indexes, read when it answered; SAMPLED
+is when its answer arrived, after the questions went out together. The log
+moves on between samples, so a follower that answered after the leader may
+show a commit index above the leader's: it is marked with * and explained
+below the table.`,
 		Example: `  cairn status
   cairn status --endpoints 127.0.0.1:7379 --only-endpoints
   cairn status -o json`,
@@ -110,6 +119,7 @@ func statusTargets(endpoints []string, ms *client.Members) []nodeStatus {
 // ID, without an endpoint that turned out to be a member listed already.
 func statusAll(ctx context.Context, c *client.Client, targets []nodeStatus, perNode time.Duration) []nodeStatus {
 	out := slices.Clone(targets)
+	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range out {
 		if out[i].err != nil {
@@ -123,6 +133,7 @@ func statusAll(ctx context.Context, c *client.Client, targets []nodeStatus, perN
 			sctx, cancel := context.WithTimeout(ctx, perNode)
 			defer cancel()
 			out[i].st, out[i].err = c.Status(sctx, client.WithEndpoint(out[i].addr))
+			out[i].sampled = time.Since(start)
 			if id := out[i].st.GetNodeId(); id != "" {
 				out[i].id = id
 			}
@@ -228,10 +239,12 @@ func statusFailed(sts []nodeStatus) error {
 
 func (g *globals) printStatus(sts []nodeStatus) error {
 	tw := newTable(g.stdout)
-	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tTERM\tCOMMIT\tAPPLIED\tLAST SNAPSHOT\tLEADER\tVERSION")
+	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tTERM\tCOMMIT\tAPPLIED\tSAMPLED\tLAST SNAPSHOT\tLEADER\tVERSION")
 	failed := 0
 	var unreachable []nodeStatus
-	for _, s := range sts {
+	leader := leaderOf(sts)
+	var ahead []nodeStatus
+	for i, s := range sts {
 		if s.err != nil {
 			failed++
 			unreachable = append(unreachable, s)
@@ -239,12 +252,17 @@ func (g *globals) printStatus(sts []nodeStatus) error {
 			if state == "unreachable" && s.gossip != "" && s.gossip != "alive" {
 				state += " (" + s.gossip + ")" // gossip's verdict: left, dead, suspect
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\n", orQuestion(s.id), orDash(s.addr), state)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\n", orQuestion(s.id), orDash(s.addr), state)
 			continue
 		}
 		st := s.st
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", st.GetNodeId(), s.addr, stateName(st.GetState()),
-			st.GetTerm(), commitText(st), st.GetAppliedIndex(), st.GetLastSnapshotIndex(), orDash(st.GetLeaderId()), st.GetVersion())
+		commit := commitText(st)
+		if leader >= 0 && i != leader && st.GetCommitIndex() > sts[leader].st.GetCommitIndex() {
+			commit += "*"
+			ahead = append(ahead, s)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%d\t%s\t%s\n", st.GetNodeId(), s.addr, stateName(st.GetState()),
+			st.GetTerm(), commit, st.GetAppliedIndex(), sampledText(s.sampled), st.GetLastSnapshotIndex(), orDash(st.GetLeaderId()), st.GetVersion())
 	}
 	tw.Flush()
 	// The reasons go below the table, which they would otherwise stretch.
@@ -253,6 +271,19 @@ func (g *globals) printStatus(sts []nodeStatus) error {
 	}
 	if slices.ContainsFunc(sts, func(s nodeStatus) bool { return s.st.GetCommitIndexIsLowerBound() }) {
 		g.printf(">=N: the node has not heard from a leader since it started; N is its applied index\n")
+	}
+	if len(ahead) > 0 {
+		l := sts[leader]
+		for _, s := range ahead {
+			id, d := s.st.GetNodeId(), absDuration(s.sampled-l.sampled)
+			g.printf("*: %s's commit index is above the leader's (%d > %d): each node reports its own, read when it answered; ",
+				id, s.st.GetCommitIndex(), l.st.GetCommitIndex())
+			if s.sampled >= l.sampled {
+				g.printf("%s answered %v after the leader, which had committed more by then\n", id, d)
+			} else {
+				g.printf("%s answered %v before the leader: read at nearly the same moment, or the leader is newly elected and has not committed an entry of its term yet\n", id, d)
+			}
+		}
 	}
 
 	// The engines.
@@ -310,6 +341,31 @@ func (g *globals) printStatus(sts []nodeStatus) error {
 		return statusFailed(sts)
 	}
 	return nil
+}
+
+// leaderOf returns the index of the node that answered as leader in the
+// highest term, -1 if none did.
+func leaderOf(sts []nodeStatus) int {
+	l := -1
+	for i, s := range sts {
+		if s.err == nil && s.st.GetState() == cairnpb.RaftState_LEADER && (l < 0 || s.st.GetTerm() > sts[l].st.GetTerm()) {
+			l = i
+		}
+	}
+	return l
+}
+
+// sampledText shows when a node's answer arrived, after the questions
+// went out: "+1.2ms".
+func sampledText(d time.Duration) string {
+	return fmt.Sprintf("+%.1fms", float64(max(d, 0))/float64(time.Millisecond))
+}
+
+func absDuration(d time.Duration) time.Duration {
+	if d < 0 {
+		d = -d
+	}
+	return d.Round(10 * time.Microsecond)
 }
 
 func ratio(hits, misses uint64) string {

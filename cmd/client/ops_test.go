@@ -236,30 +236,70 @@ func TestCLIStatusUnreachable(t *testing.T) {
 }
 
 // TestPrintStatus checks the status table's rows for a node that knows
-// only a lower bound of the commit index and for an unreachable member.
+// only a lower bound of the commit index and for an unreachable member,
+// and that every row says when its answer arrived.
 func TestPrintStatus(t *testing.T) {
 	var out bytes.Buffer
 	g := &globals{stdout: &out, stderr: &out}
 	sts := []nodeStatus{
-		{addr: "10.0.0.1:7379", id: "n1", st: &client.Status{NodeId: "n1", State: cairnpb.RaftState_FOLLOWER, Term: 3,
+		{addr: "10.0.0.1:7379", id: "n1", sampled: 2500 * time.Microsecond, st: &client.Status{NodeId: "n1", State: cairnpb.RaftState_FOLLOWER, Term: 3,
 			CommitIndex: 13086, CommitIndexIsLowerBound: true, AppliedIndex: 13086, LastLeaderContactMs: -1}},
 		{addr: "10.0.0.2:7379", id: "n2", gossip: "dead", err: errors.New("cairn: status: unavailable: connection refused")},
-		{addr: "10.0.0.3:7379", id: "n3", st: &client.Status{NodeId: "n3", State: cairnpb.RaftState_LEADER, Term: 3,
+		{addr: "10.0.0.3:7379", id: "n3", sampled: 1200 * time.Microsecond, st: &client.Status{NodeId: "n3", State: cairnpb.RaftState_LEADER, Term: 3,
 			CommitIndex: 13090, AppliedIndex: 13090, LeaderId: "n3"}},
 	}
 	if err := g.printStatus(sts); err != nil {
 		t.Fatal(err)
 	}
 	for _, re := range []string{
-		`(?m)^n1 +10\.0\.0\.1:7379 +follower +3 +>=13086 +13086 +0 +- `,
-		`(?m)^n2 +10\.0\.0\.2:7379 +unreachable \(dead\) +- +- +- +- +-`,
-		`(?m)^n3 +10\.0\.0\.3:7379 +leader +3 +13090 +13090 +0 +n3 `,
+		`(?m)^NODE +ADDRESS +STATE +TERM +COMMIT +APPLIED +SAMPLED +LAST SNAPSHOT +LEADER +VERSION`,
+		`(?m)^n1 +10\.0\.0\.1:7379 +follower +3 +>=13086 +13086 +\+2\.5ms +0 +- `,
+		`(?m)^n2 +10\.0\.0\.2:7379 +unreachable \(dead\) +- +- +- +- +- +-`,
+		`(?m)^n3 +10\.0\.0\.3:7379 +leader +3 +13090 +13090 +\+1\.2ms +0 +n3 `,
 		`(?m)^n2 \(10\.0\.0\.2:7379\) unreachable: cairn: status: unavailable: connection refused$`,
 		`(?m)^>=N: the node has not heard from a leader since it started`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out.String()) {
 			t.Errorf("status lacks %s:\n%s", re, out.String())
 		}
+	}
+	if strings.Contains(out.String(), "*") {
+		t.Errorf("a commit index marked as above the leader's:\n%s", out.String())
+	}
+}
+
+// TestPrintStatusCommitAhead: a follower whose answer arrived after the
+// leader's may report a commit index above it; the row is marked and the
+// note under the table says why, with the times of the samples.
+func TestPrintStatusCommitAhead(t *testing.T) {
+	var out bytes.Buffer
+	g := &globals{stdout: &out, stderr: &out}
+	status := func(id string, state cairnpb.RaftState, commit uint64) *client.Status {
+		return &client.Status{NodeId: id, State: state, Term: 5, CommitIndex: commit, AppliedIndex: commit, LeaderId: "n1"}
+	}
+	sts := []nodeStatus{
+		{addr: "10.0.0.1:7379", id: "n1", sampled: time.Millisecond, st: status("n1", cairnpb.RaftState_LEADER, 5000)},
+		{addr: "10.0.0.2:7379", id: "n2", sampled: 4 * time.Millisecond, st: status("n2", cairnpb.RaftState_FOLLOWER, 5012)},
+		{addr: "10.0.0.3:7379", id: "n3", sampled: 800 * time.Microsecond, st: status("n3", cairnpb.RaftState_FOLLOWER, 5003)},
+		{addr: "10.0.0.4:7379", id: "n4", sampled: 900 * time.Microsecond, st: status("n4", cairnpb.RaftState_FOLLOWER, 4990)},
+	}
+	if err := g.printStatus(sts); err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{
+		`(?m)^n1 +10\.0\.0\.1:7379 +leader +5 +5000 +5000 +\+1\.0ms `,
+		`(?m)^n2 +10\.0\.0\.2:7379 +follower +5 +5012\* +5012 +\+4\.0ms `,
+		`(?m)^n3 +10\.0\.0\.3:7379 +follower +5 +5003\* +5003 +\+0\.8ms `,
+		`(?m)^n4 +10\.0\.0\.4:7379 +follower +5 +4990 +4990 +\+0\.9ms `,
+		`(?m)^\*: n2's commit index is above the leader's \(5012 > 5000\): each node reports its own, read when it answered; n2 answered 3ms after the leader, which had committed more by then$`,
+		`(?m)^\*: n3's commit index is above the leader's \(5003 > 5000\): .*; n3 answered 200µs before the leader: .*newly elected`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out.String()) {
+			t.Errorf("status lacks %s:\n%s", re, out.String())
+		}
+	}
+	if n := strings.Count(out.String(), "*:"); n != 2 {
+		t.Errorf("%d notes, want 2:\n%s", n, out.String())
 	}
 }
 

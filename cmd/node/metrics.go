@@ -43,6 +43,9 @@ func (o *options) listenMetrics(cfg *cluster.Config) (*metricsServer, error) {
 		}
 		return nil, fmt.Errorf("metrics address %s: %w", o.metricsAddr, err)
 	}
+	// monitor.New also installs the process-wide bridge of raft's and
+	// memberlist's go-metrics (monitor/gometrics.go), which renames and
+	// filters them on the way.
 	mon, err := monitor.New(monitor.Options{Pprof: o.pprof, Logger: cfg.Logger})
 	if err != nil {
 		lis.Close()
