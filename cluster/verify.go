@@ -311,8 +311,8 @@ type peerIDs struct {
 // handshake): id must be a server of the latest raft configuration, so
 // that removing a node from the cluster revokes its certificate's peer
 // role on every node that applies the removal. A node without raft state
-// yet (forming a cluster, or about to be added) allows any node
-// certificate of the cluster CA: the leader that adds it must reach it,
+// yet, or with an empty configuration (forming a cluster, or about to be
+// added) allows any node certificate of the cluster CA: the leader that adds it must reach it,
 // and it holds nothing yet.
 //
 // It answers from a cached set, re-read from raft (which waits for raft's
@@ -353,6 +353,13 @@ func (n *Node) peerIDAllowed(id string) bool {
 				n.loadPeerIDs(r)
 			}()
 		}
+	}
+	if len(c.ids) == 0 {
+		// No configuration yet (a vote can give a node a term before
+		// the log that holds its configuration reaches it): as without
+		// raft state. Re-read it on the next call.
+		n.peerIDs.Store(nil)
+		return true
 	}
 	return c.ids[id]
 }
