@@ -7,6 +7,7 @@ import (
 
 	"github.com/cairnkv/cairn/api/cairnpb"
 	"github.com/cairnkv/cairn/cluster/membership"
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -266,4 +267,62 @@ func TestSkipLeaveOnShutdownKeepsVoter(t *testing.T) {
 	if ids := configIDs(tc.leader()); !slices.Contains(ids, stay.ID()) {
 		t.Fatalf("%s removed: %v", stay.ID(), ids)
 	}
+}
+
+// TestSpareReplacesLostVoter ([ops2] 8): a cluster of three voters and a
+// caught-up spare (a fourth node, a non-voter: an even count of voters
+// would add no fault tolerance) whose voter is killed promotes the spare
+// at once and demotes the lost voter, rather than running on two of three
+// voters for the whole dead-server grace period; the lost voter, back, is
+// the spare.
+func TestSpareReplacesLostVoter(t *testing.T) {
+	tc := newTestCluster(t)
+	grace := time.Minute
+	nodes := tc.formCluster(3, func(c *Config) { c.Policy.FailedGracePeriod = grace })
+	leader := tc.leader()
+	cfg := testConfig(t, "n4")
+	cfg.Policy.FailedGracePeriod = grace
+	cfg.Join = []string{leader.GossipAddr()}
+	tc.start(cfg, nil)
+	suffrage := func(n *Node) map[string]raft.ServerSuffrage {
+		cf := n.raft.GetConfiguration()
+		if cf.Error() != nil {
+			return nil
+		}
+		out := map[string]raft.ServerSuffrage{}
+		for _, s := range cf.Configuration().Servers {
+			out[string(s.ID)] = s.Suffrage
+		}
+		return out
+	}
+	waitFor(t, 15*time.Second, "n4 a non-voter spare", func() bool {
+		s := suffrage(leader)
+		return len(s) == 4 && s["n4"] == raft.Nonvoter
+	})
+	// A few rounds: the spare stays a spare.
+	rounds := leader.reconcileRounds.Load()
+	waitFor(t, 10*time.Second, "10 reconcile rounds", func() bool { return leader.reconcileRounds.Load() >= rounds+10 })
+	if s := suffrage(leader); s["n4"] != raft.Nonvoter || tc.voters(leader) != 3 {
+		t.Fatalf("with all voters healthy: %v", s)
+	}
+	victim := otherThan(nodes, leader)
+	killed := time.Now()
+	if err := victim.kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "the spare promoted and the lost voter demoted", func() bool {
+		l := tc.leader()
+		s := suffrage(l)
+		return s["n4"] == raft.Voter && s[victim.ID()] == raft.Nonvoter && tc.voters(l) == 3
+	})
+	if d := time.Since(killed); d >= grace {
+		t.Fatalf("replaced after %v, not before the grace period %v", d, grace)
+	}
+	put(t, tc.kv(tc.leader()), "after-replacement", "v")
+	tc.restart(victim.ID())
+	waitFor(t, 15*time.Second, "the lost voter back as the spare", func() bool {
+		l := tc.leader()
+		s := suffrage(l)
+		return len(s) == 4 && s[victim.ID()] == raft.Nonvoter && tc.voters(l) == 3
+	})
 }
