@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cairnkv/cairn/api/cairnpb"
@@ -342,28 +341,30 @@ func (n *Node) collectProgress(conf raft.Configuration) map[raft.ServerID]member
 	return out
 }
 
-// verifyMembers verifies every alive member that is not this node
-// (verify.go), at most peerVerifyTimeout in all, renewing verifications
-// that are half expired, and returns the IDs verified. nil with
+// verifyMembers starts verifying every alive member that is not this node
+// and is due (verify.go: never verified, half expired, or failed more than
+// peerVerifyRetry ago), and returns the IDs verified now. nil with
 // verification off.
 func (n *Node) verifyMembers(ctx context.Context, members []membership.Member) map[raft.ServerID]bool {
 	if n.verifier.mode == verifyNone {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, peerVerifyTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
 	for _, m := range members {
-		if m.ID == n.cfg.ID || m.State != membership.StateAlive || m.GRPCAddr == "" {
+		if m.ID == n.cfg.ID || m.State != membership.StateAlive || m.GRPCAddr == "" ||
+			!n.verifier.due(m.ID, m.GRPCAddr) {
 			continue
 		}
-		wg.Add(1)
+		// In the background: an address that does not answer must not
+		// hold up the round. A verification that succeeds starts
+		// another round.
+		n.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			n.verifyPeer(ctx, m.ID, m.GRPCAddr, true)
+			defer n.wg.Done()
+			if n.verifyPeer(ctx, m.ID, m.GRPCAddr, true) == nil {
+				poke(n.reconcilePoke)
+			}
 		}()
 	}
-	wg.Wait()
 	out := make(map[raft.ServerID]bool)
 	for _, m := range members {
 		if n.verifier.isVerified(m.ID, m.GRPCAddr) {

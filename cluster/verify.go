@@ -130,11 +130,23 @@ func (v *peerVerifier) isVerified(id, addr string) bool {
 	return id != "" && v.verifiedAs(addr) == id
 }
 
-// forget drops what is known about addr.
-func (v *peerVerifier) forget(addr string) {
+// due reports whether node id at addr needs a verification: it is not
+// verified as id less than half the TTL ago, none is running, and its last
+// one did not fail less than peerVerifyRetry ago.
+func (v *peerVerifier) due(id, addr string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	delete(v.byAddr, addr)
+	if _, busy := v.flight[addr]; busy {
+		return false
+	}
+	e, now := v.byAddr[addr], v.now()
+	switch {
+	case e.id == id && now.Sub(e.at) < peerVerifyTTL/2:
+		return false
+	case e.err != nil && now.Sub(e.failedAt) < peerVerifyRetry:
+		return false
+	}
+	return true
 }
 
 // verifyPeer verifies that the server at grpcAddr is node id (see the
