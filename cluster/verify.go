@@ -193,7 +193,15 @@ func (n *Node) verifyPeer(ctx context.Context, id, grpcAddr string, refresh bool
 		v.byAddr[grpcAddr] = verifiedPeer{id: id, at: v.now()}
 	} else if ctx.Err() == nil {
 		err = fmt.Errorf("%w: %s at %s: %v", errNotVerified, id, grpcAddr, err)
-		v.byAddr[grpcAddr] = verifiedPeer{failedAt: v.now(), err: err}
+		// A renewal that fails (a timeout on a loaded machine) leaves a
+		// verification that has not expired in force: only the retry is
+		// paced.
+		e := v.byAddr[grpcAddr]
+		if e.id != id {
+			e = verifiedPeer{}
+		}
+		e.failedAt, e.err = v.now(), err
+		v.byAddr[grpcAddr] = e
 	}
 	close(v.flight[grpcAddr])
 	delete(v.flight, grpcAddr)
