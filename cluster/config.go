@@ -45,6 +45,34 @@ const (
 	DefaultSnapshotRetain    = 2
 )
 
+// Defaults of the raft log's byte bounds and raft-wal's segment size (see
+// retention.go). The log holds at most about TrailingLogBytes +
+// SnapshotThresholdBytes: with these 192 MiB plus up to two segments, a
+// tenth of the engine at 2 GiB of data, where 10,240 + 8,192 entries of
+// 64 KiB kept up to 1.2 GiB; at 1 GiB of data the raft directory is still
+// under a quarter of the engine. 64 MiB is a full AppendEntries batch of
+// 64 KiB values (1,024 entries), and the leader keeps more for a live
+// follower behind; 128 MiB between snapshots is one snapshot (an engine
+// flush, which cairn-node's 16 MiB memtable does 8 times in that span
+// anyway, and hard links) every ~3 s at 45 MB/s of writes. Entries under 6.5 KiB
+// (trailing) and 16 KiB (threshold) reach the entry bounds first, as
+// before.
+const (
+	DefaultTrailingLogBytes       = 64 << 20
+	DefaultSnapshotThresholdBytes = 128 << 20
+	// DefaultRaftWALSegmentSize is a quarter of raft-wal's own default (64
+	// MiB): an empty node's log takes 16 MiB, and log compaction, which
+	// removes whole segments, leaves at most ~16 MiB of compacted entries
+	// behind, for a segment rotation (a file creation and a metadata
+	// commit) every 16 MiB of log.
+	DefaultRaftWALSegmentSize = 16 << 20
+	// MinRaftWALSegmentSize and MaxRaftWALSegmentSize bound
+	// Config.RaftWALSegmentSize (raft-wal keeps every sealed segment
+	// file open, and preallocates none past 2 GiB).
+	MinRaftWALSegmentSize = 1 << 20
+	MaxRaftWALSegmentSize = 1 << 30
+)
+
 // DefaultMaxConnsPerIP is the default of Config.MaxConnsPerIP: enough for
 // many client processes behind one address (a NAT, a load generator), few
 // enough that one host cannot exhaust the node's file descriptors.
@@ -118,6 +146,27 @@ type Config struct {
 	// SnapshotRetain is how many raft snapshots are kept on disk (at
 	// least 1); default DefaultSnapshotRetain.
 	SnapshotRetain int
+	// TrailingLogBytes bounds in bytes what a snapshot leaves in the
+	// log, as TrailingLogs does in entries: the node sets raft's trailing
+	// entries to those of the log's tail that hold this many bytes (plus,
+	// on the leader, what a live follower still lacks), at most
+	// TrailingLogs and at least 16 (or TrailingLogs if fewer). Default
+	// DefaultTrailingLogBytes; -1: no byte bound. See retention.go.
+	TrailingLogBytes int64
+	// SnapshotThresholdBytes makes the node take a snapshot once the log
+	// entries applied since the last one hold this many bytes, even if
+	// they are fewer than SnapshotThreshold (checked every 250ms, not
+	// every SnapshotInterval). Default DefaultSnapshotThresholdBytes; -1:
+	// no byte threshold.
+	SnapshotThresholdBytes int64
+	// RaftWALSegmentSize is the size of a raft-wal segment file (each is
+	// preallocated; a batch that does not fit extends it). Smaller
+	// segments take less disk on an idle node and after log compaction,
+	// which removes only whole segments; larger ones mean fewer files and
+	// segment rotations. At least MinRaftWALSegmentSize, at most
+	// MaxRaftWALSegmentSize; default DefaultRaftWALSegmentSize. It applies
+	// to segments created from then on; a raft-boltdb log ignores it.
+	RaftWALSegmentSize int64
 
 	// RequestTimeout bounds a request that arrives without a deadline;
 	// default 10s.
@@ -334,6 +383,25 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = DefaultTrailingLogs
+	}
+	if c.TrailingLogBytes == 0 {
+		c.TrailingLogBytes = DefaultTrailingLogBytes
+	}
+	if c.TrailingLogBytes < -1 {
+		return bad("trailing log bytes %d: use a positive number of bytes, or -1 for no byte bound", c.TrailingLogBytes)
+	}
+	if c.SnapshotThresholdBytes == 0 {
+		c.SnapshotThresholdBytes = DefaultSnapshotThresholdBytes
+	}
+	if c.SnapshotThresholdBytes < -1 {
+		return bad("snapshot threshold bytes %d: use a positive number of bytes, or -1 for no byte threshold", c.SnapshotThresholdBytes)
+	}
+	if c.RaftWALSegmentSize == 0 {
+		c.RaftWALSegmentSize = DefaultRaftWALSegmentSize
+	}
+	if c.RaftWALSegmentSize < MinRaftWALSegmentSize || c.RaftWALSegmentSize > MaxRaftWALSegmentSize {
+		return bad("raft WAL segment size %d: use %d (1 MiB) to %d (1 GiB) bytes",
+			c.RaftWALSegmentSize, MinRaftWALSegmentSize, MaxRaftWALSegmentSize)
 	}
 	if c.ReadyMaxLag == 0 {
 		c.ReadyMaxLag = DefaultReadyMaxLag

@@ -55,8 +55,9 @@ func (s firstIndexStore) GetLog(index uint64, l *raft.Log) error {
 //
 // raft-wal's DeleteRange of a log prefix commits the new first index to
 // its metadata database and then, still holding the WAL's write lock,
-// removes the segment files that fell out of the log. Each is a 64 MiB
-// file, and removing a dozen of them took a second on a busy disk (see
+// removes the segment files that fell out of the log. Each is a
+// preallocated file (64 MiB then, Config.RaftWALSegmentSize now), and
+// removing a dozen of them took a second on a busy disk (see
 // bench/RESULTS.md, 2026-12-01): every append waited that long. The
 // removal needs no lock: the metadata commit already dropped the segments
 // from the log, segment IDs are never reused, and a file left behind by a

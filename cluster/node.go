@@ -147,6 +147,9 @@ type Node struct {
 	// repl is the leader's view of its followers' replication
 	// (replprogress.go).
 	repl *replTracker
+	// retention counts the raft log's bytes, under the log cache, for
+	// its byte bounds (retention.go).
+	retention *logBytes
 
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
@@ -303,13 +306,16 @@ func (n *Node) Start() (err error) {
 		}
 		n.log.Info("raft log store", "store", kind, "why", why, "dir", raftDir)
 		var closer io.Closer
-		logStore, stable, closer, err = openLogStore(kind, raftDir)
+		logStore, stable, closer, err = openNodeLogStore(c, kind, raftDir)
 		if err != nil {
 			return err
 		}
 		n.closers = append(n.closers, closer)
 	}
-	if n.logs, err = raft.NewLogCache(logCacheSize, logStore); err != nil {
+	if n.retention, err = newLogBytes(logStore); err != nil {
+		return fmt.Errorf("cluster: reading the raft log: %w", err)
+	}
+	if n.logs, err = raft.NewLogCache(logCacheSize, n.retention); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	snaps := n.deps.SnapshotStore
@@ -425,6 +431,8 @@ func (n *Node) Start() (err error) {
 		n.wg.Add(1)
 		go n.refreshSnapshotsLoop(ownSnaps, filepath.Join(c.DataDir, fsmDirName, "engine"), snapshotRefresh)
 	}
+	n.wg.Add(1)
+	go n.retainLogLoop()
 	seeds := slices.Clone(c.Join)
 	for _, p := range loadPeers(c.DataDir) {
 		if p != n.gossipAddr && !slices.Contains(seeds, p) {

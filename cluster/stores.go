@@ -152,14 +152,29 @@ func openLogStore(kind, dir string) (raft.LogStore, raft.StableStore, io.Closer,
 	return OpenRaftLogStore(kind, dir, nil)
 }
 
+// openNodeLogStore opens the log store as openLogStore does, with c's
+// raft-wal segment size.
+func openNodeLogStore(c *Config, kind, dir string) (raft.LogStore, raft.StableStore, io.Closer, error) {
+	return openRaftLogStore(kind, dir, nil, int(c.RaftWALSegmentSize))
+}
+
 // OpenRaftLogStore opens the raft log and stable store of the given kind
 // (Config.RaftLogStore) in the raft directory dir as a node does, for
 // tools and benchmarks that pass it back as Deps.LogStore and
 // Deps.StableStore. wrap, if not nil, wraps the bare log store
 // (*boltlog.Store or raft-wal) under cairn's own wrappers, so that it sees
-// every call they make; it must keep raft.MonotonicLogStore. The closer
-// closes the stores.
+// every call they make; it must keep raft.MonotonicLogStore. raft-wal's
+// segments are DefaultRaftWALSegmentSize bytes. The closer closes the
+// stores.
 func OpenRaftLogStore(kind, dir string, wrap func(raft.LogStore) raft.LogStore) (raft.LogStore, raft.StableStore, io.Closer, error) {
+	return openRaftLogStore(kind, dir, wrap, DefaultRaftWALSegmentSize)
+}
+
+// openRaftLogStore is OpenRaftLogStore with raft-wal segments of
+// walSegmentSize bytes (Config.RaftWALSegmentSize). The size applies to
+// segments created from now on: raft-wal records each segment's size in
+// its metadata, so a directory written with another size opens unchanged.
+func openRaftLogStore(kind, dir string, wrap func(raft.LogStore) raft.LogStore, walSegmentSize int) (raft.LogStore, raft.StableStore, io.Closer, error) {
 	if wrap == nil {
 		wrap = func(s raft.LogStore) raft.LogStore { return s }
 	}
@@ -178,7 +193,8 @@ func OpenRaftLogStore(kind, dir string, wrap func(raft.LogStore) raft.LogStore) 
 		// forever (a node restarted in-process); so cairn owns it.
 		meta := &metadb.BoltMetaDB{}
 		sf := newAsyncDeleteFiler(walDir)
-		w, err := raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithSegmentFiler(sf))
+		w, err := raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithSegmentFiler(sf),
+			raftwal.WithSegmentSize(walSegmentSize))
 		if err != nil {
 			sf.Close()
 			meta.Close()

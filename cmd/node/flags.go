@@ -261,6 +261,9 @@ type raftStorageFlags struct {
 	snapshotInterval  time.Duration
 	trailingLogs      uint64
 	snapshotRetain    int
+	// trailingBytes and snapshotThresholdBytes: 0 is no byte bound.
+	trailingBytes, snapshotThresholdBytes sizeFlag
+	walSegmentSize                        sizeFlag
 }
 
 func (r *raftStorageFlags) register(fs *flag.FlagSet) {
@@ -269,6 +272,12 @@ func (r *raftStorageFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&r.snapshotInterval, "raft-snapshot-interval", cluster.DefaultSnapshotInterval, "how often raft checks the snapshot threshold (each wait is random between this and twice this); at least 5ms")
 	fs.Uint64Var(&r.trailingLogs, "raft-trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot, so a follower slightly behind catches up from the log instead of a snapshot")
 	fs.IntVar(&r.snapshotRetain, "raft-snapshot-retain", cluster.DefaultSnapshotRetain, "raft snapshots kept on disk (at least 1)")
+	r.trailingBytes = cluster.DefaultTrailingLogBytes
+	fs.Var(&r.trailingBytes, "raft-trailing-bytes", "bytes of log entries kept after a snapshot, e.g. 64MiB (the fewer entries of this and --raft-trailing-logs win; at least 16; the leader keeps more for a live follower behind); 0: entries only")
+	r.snapshotThresholdBytes = cluster.DefaultSnapshotThresholdBytes
+	fs.Var(&r.snapshotThresholdBytes, "raft-snapshot-threshold-bytes", "take a raft snapshot once the log entries applied since the last one hold this many bytes, e.g. 128MiB, even if fewer than --raft-snapshot-threshold (checked every 250ms); 0: entries only")
+	r.walSegmentSize = cluster.DefaultRaftWALSegmentSize
+	fs.Var(&r.walSegmentSize, "raft-wal-segment-size", "size of a raft-wal segment file, 1MiB to 1GiB, e.g. 16MiB: each is preallocated and log compaction removes whole ones, so smaller takes less disk, larger means fewer files and rotations; applies to new segments")
 }
 
 // check reports the first bad value, naming its flag.
@@ -284,6 +293,8 @@ func (r *raftStorageFlags) check() error {
 		return fmt.Errorf("--raft-trailing-logs 0: must be at least 1")
 	case r.snapshotRetain < 1:
 		return fmt.Errorf("--raft-snapshot-retain %d: must keep at least 1 snapshot", r.snapshotRetain)
+	case r.walSegmentSize < cluster.MinRaftWALSegmentSize || r.walSegmentSize > cluster.MaxRaftWALSegmentSize:
+		return fmt.Errorf("--raft-wal-segment-size %d: must be 1MiB to 1GiB", r.walSegmentSize)
 	}
 	return nil
 }
@@ -294,6 +305,16 @@ func (r *raftStorageFlags) apply(c *cluster.Config) {
 	c.SnapshotInterval = r.snapshotInterval
 	c.TrailingLogs = r.trailingLogs
 	c.SnapshotRetain = r.snapshotRetain
+	c.TrailingLogBytes, c.SnapshotThresholdBytes = byteBound(r.trailingBytes), byteBound(r.snapshotThresholdBytes)
+	c.RaftWALSegmentSize = int64(r.walSegmentSize)
+}
+
+// byteBound turns a byte bound flag into cluster.Config's: 0 (none) is -1.
+func byteBound(s sizeFlag) int64 {
+	if s == 0 {
+		return -1
+	}
+	return int64(s)
 }
 
 // policyFlags are the operator's membership policy: how the leader's
