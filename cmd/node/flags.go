@@ -336,7 +336,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.deadServerGrace, "dead-server-grace", def.FailedGracePeriod,
 		"membership: how long a server that failed (gossip says dead, or it is unknown to gossip) stays in the raft configuration before the leader removes it; it is never removed while raft still reaches it, nor below --min-voters")
 	fs.IntVar(&p.minVoters, "min-voters", def.MinQuorum,
-		"membership: the leader never removes or demotes voters below this many (so with the default 3, a failed voter of a 3-voter cluster stays a voter until it returns or is removed by hand); 0 allows shrinking to the leader alone")
+		"membership: the leader never removes or demotes voters below this many (so with the default 3 and no spare, a failed voter of a 3-voter cluster stays a voter until it returns or is removed by hand; with a caught-up non-voter, the spare takes its place at once and the lost voter is demoted); 0 allows shrinking to the leader alone")
 	fs.IntVar(&p.maxVoters, "max-voters", def.MaxVoters,
 		"membership: at most this many voters (an even number counts as the odd one below it); other members stay non-voters, read replicas that take over when a voter goes; 0 means no cap")
 	fs.DurationVar(&p.stabilizationTime, "stabilization-time", def.StabilizationTime,
