@@ -29,7 +29,7 @@
 //
 // # Raft
 //
-// hashicorp/raft v1.7.3 with the log and stable store in hashicorp/raft-wal
+// hashicorp/raft v1.8.0 with the log and stable store in hashicorp/raft-wal
 // v0.4.0 (the default for a new data directory; built from
 // third_party/raft-wal, which backports upstream's fix for a tail
 // truncation that left a node unable to restart) or in raft-boltdb/v2's
@@ -72,6 +72,11 @@
 // directory of an older version, with snapshots in raft/snapshots, has
 // its newest one imported at Start and the old ones removed.
 //
+// raft counts log retention in entries only; retention.go bounds it in
+// bytes too (Config.TrailingLogBytes, SnapshotThresholdBytes): it counts
+// the bytes of the entries stored and takes a snapshot, and lowers
+// TrailingLogs through ReloadConfig, when they pass the bounds.
+//
 // NoSnapshotRestoreOnStart is set: the FSM's engine records its applied
 // index with every batch and resumes from it (fsm/doc.go), so a restart
 // replays only the log tail and never re-ingests a snapshot. Start turns
@@ -100,10 +105,14 @@
 // added. A node with raft state never bootstraps.
 //
 // The leader runs membership.Reconcile after every gossip change and every
-// ReconcileInterval, with Config.Now as its clock. Follower progress comes
-// from each follower's Status over gRPC (as raft-autopilot does: raft does
-// not export the leader's replication state): a follower is healthy if it
-// answers and follows this leader in the current term. The actions are
+// ReconcileInterval, with Config.Now as its clock. Follower progress is
+// the leader's own view of its raft replication (replprogress.go: a
+// wrapper of the raft transport notes every AppendEntries and
+// InstallSnapshot answer: the index acknowledged and when), never what a
+// member says of itself: a follower is healthy if it answered in this
+// term within two heartbeat timeouts. With TLS or a peer token, a member
+// is added only once verified as a peer (verify.go), and members of
+// another cluster are refused by gossip (clusterid.go). The actions are
 // applied as compare-and-set configuration changes (membership.Applier).
 //
 // Every node records the gossip addresses of its alive peers in
@@ -216,9 +225,14 @@
 // method's role. They run after the deadline limit and the metrics
 // interceptors, so refused calls are counted. A client is authorized by
 // the node it called; a follower forwards to the leader as itself, a
-// peer, recognised by its node certificate (TLS) or by the peer token
-// (Config.AuthPeerToken) that every connection to a peer carries. New
-// refuses a policy under which the nodes could not recognise each other.
+// peer, recognised by its node certificate (TLS; its CN must name a server
+// of the configuration: Node.peerIDAllowed) or by the peer token
+// (Config.AuthPeerToken), which a node sends only to addresses it has
+// verified as peers (verify.go). New refuses a policy under which the
+// nodes could not recognise each other, and one without TLS unless
+// Config.InsecureAuthWithoutTLS. The authorizer's tap handle refuses a
+// call without credentials before its body is read; the listener caps
+// connections per IP (connlimit.go).
 //
 // # Ports
 //
