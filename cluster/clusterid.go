@@ -87,26 +87,7 @@ func loadClusterID(dir string) (string, error) {
 
 // saveClusterID writes DataDir/cluster-id atomically and durably.
 func saveClusterID(dir, id string) error {
-	name := filepath.Join(dir, clusterIDFileName)
-	tmp := name + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(id + "\n")
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, name)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	return err
+	return writeFileDurably(filepath.Join(dir, clusterIDFileName), []byte(id+"\n"), 0o644)
 }
 
 // clusterIdentity is a node's cluster ID, set once.

@@ -100,25 +100,10 @@ func saveGossipKeyring(name string, primary []byte, keys [][]byte) error {
 	if err != nil {
 		return fmt.Errorf("cluster: gossip keyring: %w", err)
 	}
-	tmp := name + ".tmp"
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
+	if err := writeFileDurably(name, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("cluster: gossip keyring: %w", err)
 	}
-	_, err = out.Write(append(b, '\n'))
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, name)
-	}
-	if err != nil {
-		return fmt.Errorf("cluster: gossip keyring: %w", err)
-	}
-	return syncDir(filepath.Dir(name))
+	return nil
 }
 
 // changeGossipKeyring applies op to this node's keyring, records the

@@ -54,12 +54,22 @@ func checkNodeID(dir, id string) error {
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("cluster: %w", err)
 	}
-	tmp := name + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("cluster: data directory %s is not writable: %w", dir, err)
+	if err := writeFileDurably(name, []byte(id+"\n"), 0o644); err != nil {
+		return fmt.Errorf("cluster: recording node ID in %s: %w", dir, err)
 	}
-	_, err = f.WriteString(id + "\n")
+	return nil
+}
+
+// writeFileDurably replaces the file name with data: it writes a
+// temporary file beside it, syncs it, renames it over name and syncs the
+// directory, so that a crash leaves the old file or the new one, whole.
+func writeFileDurably(name string, data []byte, perm os.FileMode) error {
+	tmp := name + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -70,9 +80,9 @@ func checkNodeID(dir, id string) error {
 		err = os.Rename(tmp, name)
 	}
 	if err != nil {
-		return fmt.Errorf("cluster: recording node ID in %s: %w", dir, err)
+		return err
 	}
-	return syncDir(dir)
+	return syncDir(filepath.Dir(name))
 }
 
 func syncDir(dir string) error {
