@@ -202,8 +202,10 @@ func (d *DB) checkOpen() error {
 // installed (the next Open finds the same work to do), and Close waits
 // until they, and any Compact call, are out of the DB's files. Flushes are
 // not cancelled: they run to the end. Iterators and snapshots must be
-// closed before, and no other call (a Flush, a Checkpoint, a BlobGC) may
-// still be running.
+// closed before, and no other call (a Flush, a Checkpoint or a
+// PreparedCheckpoint's Write, a BlobGC) may still be running; a
+// PreparedCheckpoint should be released before (one released after Close
+// only frees memory: no file is deleted after Close).
 // Close returns any background error the DB met.
 func (d *DB) Close() error {
 	var flushErr error
