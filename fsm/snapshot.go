@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/cairnkv/cairn/fsm/fsmpb"
+	"github.com/cairnkv/cairn/lsm"
 	"github.com/cairnkv/cairn/lsm/vfs"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -20,19 +21,25 @@ import (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Snapshot returns a snapshot of the applied state: a checkpoint of the
-// engine (a flush, then hard links to its files), so it is fast and its
-// cost does not grow with the data. Persist streams the checkpoint;
-// Release removes it.
+// Snapshot returns a snapshot of the applied state. Raft calls it on the
+// goroutine that applies entries, so it only captures the state (see
+// capture: microseconds, no I/O); Persist, which raft runs concurrently
+// with applies, writes the checkpoint (see Checkpoint) and then streams it
+// or hands it to a CheckpointSink. Release drops the capture and removes
+// the checkpoint.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	c, err := f.Checkpoint()
+	cp, err := f.capture()
 	if err != nil {
 		return nil, err
 	}
-	return &fsmSnapshot{c: c}, nil
+	return &fsmSnapshot{cp: cp}, nil
 }
 
-type fsmSnapshot struct{ c *Checkpoint }
+type fsmSnapshot struct {
+	mu sync.Mutex
+	cp *capture    // nil once written or released
+	c  *Checkpoint // the written checkpoint; nil until Persist writes it
+}
 
 // CheckpointSink is a raft.SnapshotSink that keeps a snapshot as a
 // checkpoint directory (package fsm/snapstore implements it). Persist hands
@@ -47,32 +54,76 @@ type CheckpointSink interface {
 	AdoptCheckpoint(c *Checkpoint) error
 }
 
-// Persist hands the checkpoint to a CheckpointSink, or writes the snapshot
-// stream (see WriteTo) to any other sink.
+// Persist writes the captured state as a checkpoint (which leaves the
+// engine durable up to the snapshot's index before raft records the
+// snapshot: see doc.go, "Restart"), then hands it to a CheckpointSink, or
+// writes the snapshot stream (see WriteTo) to any other sink.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	c, err := s.checkpoint()
+	if err != nil {
+		sink.Cancel()
+		return err
+	}
 	if cs, ok := sink.(CheckpointSink); ok {
-		if err := cs.AdoptCheckpoint(s.c); err != nil {
+		if err := cs.AdoptCheckpoint(c); err != nil {
 			sink.Cancel()
 			return err
 		}
 		return sink.Close()
 	}
-	if _, err := s.c.WriteTo(sink); err != nil {
+	if _, err := c.WriteTo(sink); err != nil {
 		sink.Cancel()
 		return err
 	}
 	return sink.Close()
 }
 
+// checkpoint writes the captured state on the first call.
+func (s *fsmSnapshot) checkpoint() (*Checkpoint, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c != nil {
+		return s.c, nil
+	}
+	if s.cp == nil {
+		return nil, ErrClosed
+	}
+	c, err := s.cp.materialize()
+	s.cp = nil
+	if err != nil {
+		return nil, err
+	}
+	s.c = c
+	return c, nil
+}
+
 func (s *fsmSnapshot) Release() {
-	if err := s.c.Release(); err != nil {
-		s.c.logf("fsm: releasing checkpoint %s: %v", s.c.dir, err)
+	s.mu.Lock()
+	cp, c := s.cp, s.c
+	s.cp, s.c = nil, nil
+	s.mu.Unlock()
+	if cp != nil {
+		// Never persisted (raft failed before Persist, or the caller
+		// only released it). Flush anyway: a snapshot, persisted or
+		// not, leaves the engine durable up to its index once done
+		// with, as when Snapshot itself flushed. Not on the apply path.
+		if err := cp.flush(); err != nil {
+			cp.f.opts.Logger.Printf("fsm: releasing a snapshot not persisted: %v", err)
+		}
+		cp.release()
+	}
+	if c != nil {
+		if err := c.Release(); err != nil {
+			c.logf("fsm: releasing checkpoint %s: %v", c.dir, err)
+		}
 	}
 }
 
 // Checkpoint is a consistent copy of the engine at a known applied index,
-// in a directory of its own (hard links to the engine's immutable files).
-// It serves raft snapshots (WriteTo) and backups (Files, Open). Release it
+// in a directory of its own (hard links to the engine's immutable files;
+// and, when entries applied meanwhile were flushed with those before it, a
+// table of its own of what the engine's memtables held at that index). It
+// serves raft snapshots (WriteTo) and backups (Files, Open). Release it
 // when done. Its methods are safe for concurrent use.
 type Checkpoint struct {
 	fs   vfs.FS
@@ -88,8 +139,52 @@ type Checkpoint struct {
 	released bool
 }
 
-// Checkpoint makes a checkpoint of the current applied state.
+// Checkpoint makes a checkpoint of the current applied state: it captures
+// the state under applyMu (see capture), then writes it while entries go
+// on being applied. The engine is durable up to the checkpoint's index
+// when it returns.
 func (f *FSM) Checkpoint() (*Checkpoint, error) {
+	cp, err := f.capture()
+	if err != nil {
+		return nil, err
+	}
+	return cp.materialize()
+}
+
+// capture is the state of the engine at an applied index, captured for a
+// checkpoint.
+//
+// Locks. Applies wait for applyMu, so a checkpoint holds it only to name
+// its consistent point: the applied index and term, and the engine's state
+// at that index (lsm.DB.PrepareCheckpoint: the visible sequence number and
+// references to the current version and memtables, under the engine's
+// mutex, after switching out the mutable memtable when that costs no I/O;
+// no flush, no wait). That takes microseconds. The slow part, the flush of
+// the captured memtables and writing the checkpoint directory (hard links
+// to the engine's tables and a manifest; plus a table of the memtables'
+// entries as of the capture if their flush also took later entries), runs
+// after applyMu is released (materialize), under mu (read) only, which keeps a
+// Restore or Close from closing the engine meanwhile; applies take mu
+// (read) too, so they go on. Entries applied meanwhile are not in the
+// checkpoint (the engine skips writes at or after the captured sequence
+// number): it holds exactly the state at AppliedIndex.
+//
+// Holding applyMu across lsm.DB.Checkpoint (a flush, then links), as this
+// used to, made every apply wait for the flush of the memtables: 1.3 s for
+// a 1.8 GB engine under load (issue [ops2]; bench/RESULTS.md, "Snapshots
+// without an apply stall"). And raft calls Snapshot on its apply
+// goroutine, so even without the lock a raft snapshot that does the slow
+// part in Snapshot stalls applies: it is done in Persist.
+type capture struct {
+	f           *FSM
+	db          *lsm.DB
+	p           *lsm.PreparedCheckpoint
+	index, term uint64
+}
+
+// capture captures the applied state. Release the result, or materialize
+// it (which releases it).
+func (f *FSM) capture() (*capture, error) {
 	f.applyMu.Lock()
 	defer f.applyMu.Unlock()
 	f.mu.RLock()
@@ -97,16 +192,53 @@ func (f *FSM) Checkpoint() (*Checkpoint, error) {
 	if err := f.usableLocked(); err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(f.dir, checkpointsDirName, fmt.Sprintf("%d-%d", f.state.index, f.seq.Add(1)))
+	p, err := f.mu.db.PrepareCheckpoint()
+	if err != nil {
+		return nil, fmt.Errorf("fsm: checkpoint: %w", err)
+	}
+	return &capture{f: f, db: f.mu.db, p: p, index: f.state.index, term: f.state.term}, nil
+}
+
+func (cp *capture) release() { cp.p.Release() }
+
+// flush flushes the engine of the capture, unless it was closed or
+// replaced since.
+func (cp *capture) flush() error {
+	cp.f.mu.RLock()
+	defer cp.f.mu.RUnlock()
+	if cp.f.mu.db != cp.db {
+		return nil
+	}
+	return cp.db.Flush()
+}
+
+// materialize writes the captured state into <dir>/checkpoints/<index>-<n>;
+// the engine is durable up to the checkpoint's index when it returns (see
+// doc.go, "Restart"). It releases the capture. It holds mu (read), not
+// applyMu.
+func (cp *capture) materialize() (*Checkpoint, error) {
+	defer cp.release()
+	f := cp.f
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.mu.db != cp.db {
+		// A Restore replaced the engine, or Close closed it, since the
+		// capture (raft may restore between Snapshot and Persist).
+		return nil, fmt.Errorf("fsm: checkpoint: the engine was closed or replaced since the state was captured: %w", ErrClosed)
+	}
+	dir := filepath.Join(f.dir, checkpointsDirName, fmt.Sprintf("%d-%d", cp.index, f.seq.Add(1)))
 	if err := f.fs.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, fmt.Errorf("fsm: checkpoint: %w", err)
 	}
-	if err := f.mu.db.Checkpoint(dir); err != nil {
+	// Write leaves the engine's tables holding the captured state (it
+	// waits for the flush of the memtables the capture froze, or
+	// flushes), so the engine is durable up to the checkpoint's index.
+	if err := cp.p.Write(dir); err != nil {
 		return nil, fmt.Errorf("fsm: checkpoint: %w", err)
 	}
 	c := &Checkpoint{
 		fs: f.fs, dir: dir, logf: f.opts.Logger.Printf,
-		AppliedIndex: f.state.index, AppliedTerm: f.state.term,
+		AppliedIndex: cp.index, AppliedTerm: cp.term,
 	}
 	names, err := f.fs.List(dir)
 	if err != nil {
