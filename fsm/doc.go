@@ -200,9 +200,18 @@
 //
 // # Snapshots
 //
-// Snapshot makes a Checkpoint: lsm.DB.Checkpoint (a flush, then hard links
-// to the current tables) into <dir>/checkpoints/<index>-<n>, which is fast
-// and whose cost does not grow with the data. Persist streams it as:
+// A checkpoint is made in two steps, so that no apply waits for it.
+// Under applyMu (microseconds) lsm.DB.PrepareCheckpoint captures the
+// engine's state at the applied index: its visible sequence number, its
+// current version and memtables (switching out the memtable when that
+// costs no I/O). The rest, PreparedCheckpoint.Write, runs while applies
+// go on: it waits for (or makes) the flush of the captured memtables, then
+// hard-links the tables into <dir>/checkpoints/<index>-<n>, or, when the
+// flush also took later writes, links the captured version and writes a
+// table of its own of the captured entries below the sequence number.
+// Snapshot, which raft calls on its apply goroutine, only captures;
+// Persist, on raft's snapshot goroutine, writes. FSM.Checkpoint (backups,
+// snapshot refresh) does both. Persist then streams the checkpoint as:
 //
 //	+-----------------+----------------+---------------+----------+------------------+
 //	| magic "CAIRNSNP"| version (4B LE)| manifest len  | manifest | crc32c(manifest) |
