@@ -142,6 +142,17 @@ func TestEventsReportDurations(t *testing.T) {
 	if err := d.Compact(nil, nil); err != nil {
 		t.Fatal(err)
 	}
+	// The flush goroutine calls FlushInstalled after it has installed the
+	// table, with no lock held: Flush may return before the call (CI's
+	// loaded machine once saw 2 of 3 here). Wait for it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := len(flushes)
+		mu.Unlock()
+		if n >= 3 || time.Now().After(deadline) {
+			break
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(flushes) < 3 {
