@@ -404,17 +404,7 @@ func (d *DB) writeCheckpointTable(path string, fileNum base.FileNum, mems []*mem
 	if err != nil {
 		return nil, err
 	}
-	return &version.FileMetadata{
-		FileNum:           fileNum,
-		Size:              md.Size,
-		Smallest:          md.Smallest,
-		Largest:           md.Largest,
-		SmallestSeq:       md.SmallestSeq,
-		LargestSeq:        md.LargestSeq,
-		NumEntries:        md.NumEntries,
-		NumDeletions:      md.NumDeletions,
-		NumRangeDeletions: md.NumRangeDeletions,
-	}, nil
+	return tableFileMeta(fileNum, md), nil
 }
 
 // checkpointDirFree returns an error unless dir does not exist.

@@ -341,8 +341,14 @@ func (t *tableOutput) finish(d *DB, w *sst.Writer) (*version.FileMetadata, error
 		d.removeFile(base.FileTypeTable, t.fileNum)
 		return nil, err
 	}
+	return tableFileMeta(t.fileNum, md), nil
+}
+
+// tableFileMeta is the version's record of the table fileNum, which a
+// writer finished with md.
+func tableFileMeta(fileNum base.FileNum, md sst.Metadata) *version.FileMetadata {
 	return &version.FileMetadata{
-		FileNum:           t.fileNum,
+		FileNum:           fileNum,
 		Size:              md.Size,
 		Smallest:          md.Smallest,
 		Largest:           md.Largest,
@@ -351,7 +357,7 @@ func (t *tableOutput) finish(d *DB, w *sst.Writer) (*version.FileMetadata, error
 		NumEntries:        md.NumEntries,
 		NumDeletions:      md.NumDeletions,
 		NumRangeDeletions: md.NumRangeDeletions,
-	}, nil
+	}
 }
 
 // abandon closes and removes an unfinished table.
