@@ -31,6 +31,12 @@ func newKey(t testing.TB) *ecdsa.PrivateKey {
 }
 
 func newCA(t testing.TB, name string) *testCA {
+	return signCA(t, name, nil)
+}
+
+// signCA returns a CA named name, signed by parent (self-signed if nil),
+// whose certificate allows only the extended key usages eku (none: any).
+func signCA(t testing.TB, name string, parent *testCA, eku ...x509.ExtKeyUsage) *testCA {
 	key := newKey(t)
 	serial++
 	tmpl := &x509.Certificate{
@@ -41,8 +47,13 @@ func newCA(t testing.TB, name string) *testCA {
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           eku,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	signer, signerKey := tmpl, key
+	if parent != nil {
+		signer, signerKey = parent.cert, parent.key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,9 @@ package auth
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"math/big"
 	"net"
 	"slices"
 	"sync"
@@ -31,27 +29,7 @@ import (
 // intermediate returns a CA signed by ca whose certificate allows only
 // the extended key usages eku (none: any).
 func (ca *testCA) intermediate(t testing.TB, name string, eku ...x509.ExtKeyUsage) *testCA {
-	key := newKey(t)
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           eku,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key}
+	return signCA(t, name, ca, eku...)
 }
 
 // tlsPeerCtx is a server context whose caller presented chain (leaf
