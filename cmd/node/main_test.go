@@ -19,6 +19,26 @@ import (
 )
 
 // syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+// waitListening waits until the node run writes to stdout prints a line
+// that line matches, and returns the submatches; it fails the test if the
+// run exits first or deadline passes.
+func waitListening(t *testing.T, line *regexp.Regexp, stdout, stderr *syncBuffer, done <-chan int, deadline time.Time) []string {
+	t.Helper()
+	for {
+		if m := line.FindStringSubmatch(stdout.String()); m != nil {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no listening line; stdout %q, stderr %q", stdout.String(), stderr.String())
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("exited with %d: %s", code, stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -50,18 +70,7 @@ func TestServeHealthAndShutdown(t *testing.T) {
 	}()
 	line := regexp.MustCompile(`^cairn-node t1: serving gRPC on (127\.0\.0\.1:\d+) \(raft 127\.0\.0\.1:\d+, gossip 127\.0\.0\.1:\d+, data .*, metrics (http://127\.0\.0\.1:\d+/)\)\n$`)
 	deadline := time.Now().Add(10 * time.Second)
-	var m []string
-	for m == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("no listening line; stdout %q, stderr %q", stdout.String(), stderr.String())
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("exited with %d: %s", code, stderr.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-		m = line.FindStringSubmatch(stdout.String())
-	}
+	m := waitListening(t, line, &stdout, &stderr, done, deadline)
 	// Healthy once the node elected itself and applied its log.
 	var hout, herr bytes.Buffer
 	for code := -1; code != 0; {

@@ -39,18 +39,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	}()
 	line := regexp.MustCompile(`metrics (http://127\.0\.0\.1:\d+/)\)\n`)
 	deadline := time.Now().Add(15 * time.Second)
-	var m []string
-	for m == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("no listening line; stdout %q, stderr %q", stdout.String(), stderr.String())
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("exited with %d: %s", code, stderr.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-		m = line.FindStringSubmatch(stdout.String())
-	}
+	m := waitListening(t, line, &stdout, &stderr, done, deadline)
 	var body string
 	for !strings.Contains(body, `cairn_raft_state{state="leader"} 1`) {
 		if time.Now().After(deadline) {

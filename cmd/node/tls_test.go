@@ -152,18 +152,7 @@ func TestServeTLSHealth(t *testing.T) {
 	}()
 	line := regexp.MustCompile(`serving gRPC on (127\.0\.0\.1:\d+)`)
 	deadline := time.Now().Add(60 * time.Second)
-	var m []string
-	for m == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("no listening line; stderr %q", stderr.String())
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("exited with %d: %s", code, stderr.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-		m = line.FindStringSubmatch(stdout.String())
-	}
+	m := waitListening(t, line, &stdout, &stderr, done, deadline)
 	health := func(args ...string) (int, string) {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), append([]string{"health", "--grpc-addr", m[1], "--timeout", "5s"}, args...), &out, &errb)
