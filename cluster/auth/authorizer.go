@@ -156,7 +156,10 @@ func (a *Authorizer) Identify(ctx context.Context) (id Identity, ok bool, err er
 	case err != nil:
 		return Identity{}, false, err
 	case present:
-		r, known := a.policy.TokenRole(token)
+		r, known := ctx.Value(tokenRoleKey{}).(Role)
+		if !known {
+			r, known = a.policy.TokenRole(token)
+		}
 		if !known {
 			return Identity{}, false, status.Error(codes.Unauthenticated, "auth: unknown bearer token")
 		}
@@ -398,11 +401,18 @@ func (a *Authorizer) TapHandle(ctx context.Context, info *tap.Info) (context.Con
 	case !present:
 		return ctx, noCredentials(info.FullMethodName)
 	}
-	if _, known := a.policy.TokenRole(token); !known {
+	r, known := a.policy.TokenRole(token)
+	if !known {
 		return ctx, status.Error(codes.Unauthenticated, "auth: unknown bearer token")
 	}
-	return ctx, nil
+	// The interceptors' Identify takes the role from here rather than
+	// hash the token again.
+	return context.WithValue(ctx, tokenRoleKey{}, r), nil
 }
+
+// tokenRoleKey is the context key under which TapHandle leaves the role of
+// the stream's bearer token.
+type tokenRoleKey struct{}
 
 // UnaryInterceptor authorizes unary calls.
 func (a *Authorizer) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
