@@ -262,8 +262,8 @@ func (n *Node) reconcileOnce(ctx context.Context, tracker *membership.Tracker) e
 	}
 	// Gossip refuses members of other clusters; should one get through
 	// (it gossiped no ID, then one), it is still not reconciled.
+	cid := n.ClusterID()
 	members := slices.DeleteFunc(slices.Clone(n.gossipView()), func(m membership.Member) bool {
-		cid := n.ClusterID()
 		return m.ClusterID != "" && cid != "" && m.ClusterID != cid
 	})
 	in := membership.Input{

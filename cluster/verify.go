@@ -139,14 +139,28 @@ func (v *peerVerifier) due(id, addr string) bool {
 	if _, busy := v.flight[addr]; busy {
 		return false
 	}
+	answered, _ := v.cachedLocked(id, addr, true)
+	return !answered
+}
+
+// cachedLocked reports whether what is known of addr answers a
+// verification of node id without a new one: it was verified as id less
+// than peerVerifyTTL ago (half of it with refresh), err nil; or its last
+// verification failed less than peerVerifyRetry ago, err that failure.
+// REQUIRES: v.mu held.
+func (v *peerVerifier) cachedLocked(id, addr string, refresh bool) (answered bool, err error) {
 	e, now := v.byAddr[addr], v.now()
-	switch {
-	case e.id == id && now.Sub(e.at) < peerVerifyTTL/2:
-		return false
-	case e.err != nil && now.Sub(e.failedAt) < peerVerifyRetry:
-		return false
+	ttl := peerVerifyTTL
+	if refresh {
+		ttl /= 2
 	}
-	return true
+	switch {
+	case e.id == id && now.Sub(e.at) < ttl:
+		return true, nil
+	case e.err != nil && now.Sub(e.failedAt) < peerVerifyRetry:
+		return true, e.err
+	}
+	return false, nil
 }
 
 // verifyPeer verifies that the server at grpcAddr is node id (see the
@@ -164,14 +178,9 @@ func (n *Node) verifyPeer(ctx context.Context, id, grpcAddr string, refresh bool
 	}
 	for {
 		v.mu.Lock()
-		e, now := v.byAddr[grpcAddr], v.now()
-		switch {
-		case e.id == id && now.Sub(e.at) < peerVerifyTTL && (!refresh || now.Sub(e.at) < peerVerifyTTL/2):
+		if answered, err := v.cachedLocked(id, grpcAddr, refresh); answered {
 			v.mu.Unlock()
-			return nil
-		case e.err != nil && now.Sub(e.failedAt) < peerVerifyRetry:
-			v.mu.Unlock()
-			return e.err
+			return err
 		}
 		ch, busy := v.flight[grpcAddr]
 		if !busy {
